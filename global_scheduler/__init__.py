@@ -1,0 +1,1 @@
+"""global_scheduler package (see ARCHITECTURE.md)."""

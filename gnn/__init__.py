@@ -1,0 +1,1 @@
+"""gnn package (see ARCHITECTURE.md)."""

@@ -1,0 +1,70 @@
+"""The ``meridian`` command line.
+
+The core owns the root command and its groups (``bench``, ``train``, ``report``); component
+packages contribute their commands through the ``meridian.cli`` entry-point group declared in
+``pyproject.toml``. Each entry point is a ``register(cli: CliRoot) -> None`` function. This keeps
+the dependency arrow pointing one way (components → core) while still giving operators one tool.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+
+import typer
+
+from meridian import __version__
+
+
+@dataclass(frozen=True)
+class CliRoot:
+    """The command groups a component may add commands to."""
+
+    app: typer.Typer
+    bench: typer.Typer
+    train: typer.Typer
+    report: typer.Typer
+
+
+def build_app() -> typer.Typer:
+    app = typer.Typer(
+        name="meridian",
+        help="Meridian: multi-cluster Kubernetes scheduling with learned placement and carbon-aware routing.",
+        no_args_is_help=True,
+        pretty_exceptions_show_locals=False,
+    )
+    bench = typer.Typer(help="Benchmarks: print a table and optionally write JSON.", no_args_is_help=True)
+    train = typer.Typer(help="Train learned policies and write checkpoints.", no_args_is_help=True)
+    report = typer.Typer(help="Reports over saved runs or a live system.", no_args_is_help=True)
+    app.add_typer(bench, name="bench")
+    app.add_typer(train, name="train")
+    app.add_typer(report, name="report")
+
+    @app.callback()
+    def _root(
+        verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at DEBUG level."),
+    ) -> None:
+        logging.basicConfig(
+            level=logging.DEBUG if verbose else logging.INFO,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+
+    @app.command("version")
+    def _version() -> None:
+        """Print Meridian's version."""
+        typer.echo(__version__)
+
+    root = CliRoot(app=app, bench=bench, train=train, report=report)
+    for ep in sorted(entry_points(group="meridian.cli"), key=lambda e: e.name):
+        register = ep.load()
+        register(root)
+    return app
+
+
+def main() -> None:
+    build_app()()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""node_agent package (see ARCHITECTURE.md)."""

@@ -1,0 +1,1 @@
+"""regional_scheduler package (see ARCHITECTURE.md)."""

@@ -1,0 +1,1 @@
+"""Learned, predictive autoscaling with HPA baseline and guard rails."""

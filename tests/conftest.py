@@ -1,0 +1,98 @@
+"""Shared fixtures: a real Redis at REDIS_URL with a unique key prefix per test, and private
+``redis-server`` processes on free ports for fault tests (kill, restart)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+TRACES = Path(os.environ.get("MERIDIAN_TRACES", SHARED / "traces"))
+
+
+@pytest.fixture(scope="session")
+def traces_dir() -> Path:
+    if not TRACES.is_dir():
+        pytest.fail(f"shared traces not found at {TRACES}; set MERIDIAN_TRACES")
+    return TRACES
+
+
+@pytest.fixture
+def redis_url() -> str:
+    return REDIS_URL
+
+
+@pytest.fixture
+def key_prefix(redis_url: str) -> Iterator[str]:
+    """A unique key prefix; every key under it is deleted after the test."""
+    prefix = f"test-{uuid.uuid4().hex[:12]}:"
+    yield prefix
+    client = redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RedisServer:
+    """A private redis-server on a free port; ``kill`` and ``start`` simulate outages."""
+
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    workdir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="meridian-redis-"))
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.fail("redis-server is not installed; .ci/run installs it")
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", self.workdir],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                redis.Redis(port=self.port, socket_timeout=0.5).ping()
+                return
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError(f"redis-server on port {self.port} did not start")
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    server.start()
+    yield server
+    server.kill()
+    shutil.rmtree(server.workdir, ignore_errors=True)
