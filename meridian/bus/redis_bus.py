@@ -1,0 +1,241 @@
+"""``StreamBus`` over Redis streams (redis-py), the production fabric.
+
+Design
+------
+* One entry per message, the protobuf bytes in field ``p``. ``publish_many`` writes a pipelined
+  batch of ``XADD … MAXLEN ~ n * p <payload>`` commands, packed by hand into one buffer and sent on
+  one pooled connection (redis-py's generic pipeline builds a Python object per command, which costs
+  several times what Redis needs to execute it); replies are read back in order, every one of them,
+  so a per-entry error never desynchronises the connection.
+* Hot reads (``XREADGROUP``, ``XAUTOCLAIM``) go through the connection directly without redis-py's
+  response callbacks (they build a dict per entry); both RESP2 and RESP3 reply shapes are accepted.
+* Consumer groups are created with ``MKSTREAM`` from id ``0``. When a read finds ``NOGROUP`` — the
+  server restarted without persistence, or the stream was deleted — the group is recreated from
+  ``0`` and the read retried, so nothing published after the restart is skipped.
+
+Hazards
+-------
+* Connection failures surface as :class:`BusUnavailableError` at once (redis-py's own retries are
+  off): the caller owns the back-off so an agent can buffer and a consumer can keep its state.
+* ``MAXLEN ~`` trims whole macro-nodes, so a stream may hold somewhat more than ``maxlen``; entries
+  trimmed while still pending are lost to ``XAUTOCLAIM`` (Redis reports them as deleted). Size
+  ``maxlen`` to several consumer batches per agent interval.
+* A blocking ``XREADGROUP`` must return before ``socket_timeout_s``; ``block_ms`` is capped below it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from meridian.bus.base import (
+    DEAD_LETTER_PAYLOAD_KEPT_BYTES,
+    PAYLOAD_FIELD,
+    BusError,
+    BusUnavailableError,
+    StreamEntry,
+    dead_letter_payload,
+)
+from meridian.bus.streams import dead_letter_stream
+
+_PAYLOAD_FIELD_BYTES = PAYLOAD_FIELD.encode()
+_CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+#: Entries per packed write in ``publish_many``: large enough to amortise the round trip, small
+#: enough that the replies (about 20 bytes each) never fill a socket buffer while we still write.
+PIPELINE_CHUNK = 2000
+
+
+def _bulk(value: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(value), value)
+
+
+def _entries(raw: Any) -> list[StreamEntry]:
+    """Stream entries from a raw ``[[id, [field, value, …]], …]`` reply (deleted ones skipped)."""
+    out: list[StreamEntry] = []
+    append = out.append
+    for entry_id, fields in raw or ():
+        if not fields:
+            continue
+        if fields[0] == _PAYLOAD_FIELD_BYTES:
+            payload = fields[1]
+        else:
+            pairs = dict(zip(fields[::2], fields[1::2], strict=False))
+            payload = pairs.get(_PAYLOAD_FIELD_BYTES, b"")
+        append(StreamEntry(entry_id.decode() if isinstance(entry_id, bytes) else entry_id, payload))
+    return out
+
+
+class RedisStreamBus:
+    def __init__(self, url: str = "redis://127.0.0.1:6379/0", *, key_prefix: str = "",
+                 socket_timeout_s: float = 5.0, connect_timeout_s: float = 1.0,
+                 max_connections: int = 16) -> None:
+        self.url = url
+        self.key_prefix = key_prefix
+        self.socket_timeout_s = socket_timeout_s
+        self._client = redis.Redis.from_url(
+            url, socket_timeout=socket_timeout_s, socket_connect_timeout=connect_timeout_s,
+            retry=Retry(NoBackoff(), 0), max_connections=max_connections, decode_responses=False,
+        )
+        self._pool = self._client.connection_pool
+
+    # ------------------------------------------------------------------ plumbing
+    def _key(self, name: str) -> bytes:
+        return (self.key_prefix + name).encode()
+
+    def _call(self, *args: Any) -> Any:
+        """One command on a pooled connection, raw reply (no response callbacks)."""
+        try:
+            conn = self._pool.get_connection()
+        except _CONNECTION_ERRORS as exc:
+            raise BusUnavailableError(f"redis at {self.url} unreachable: {exc}") from exc
+        try:
+            conn.send_command(*args)
+            return conn.read_response()
+        except _CONNECTION_ERRORS as exc:
+            conn.disconnect()
+            raise BusUnavailableError(f"redis at {self.url}: {exc}") from exc
+        finally:
+            self._pool.release(conn)
+
+    # ------------------------------------------------------------------ StreamBus
+    def publish(self, stream: str, payload: bytes, *, maxlen: int | None = None) -> str:
+        trim = ("MAXLEN", "~", maxlen) if maxlen is not None else ()
+        reply = self._call("XADD", self._key(stream), *trim, "*", PAYLOAD_FIELD, payload)
+        return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+    def publish_many(self, stream: str, payloads: Sequence[bytes], *, maxlen: int | None = None) -> int:
+        if not payloads:
+            return 0
+        key = self._key(stream)
+        trim = b"$6\r\nMAXLEN\r\n$1\r\n~\r\n" + _bulk(str(maxlen).encode()) if maxlen is not None else b""
+        n_args = 5 + (3 if maxlen is not None else 0)
+        head = b"*%d\r\n$4\r\nXADD\r\n%s%s$1\r\n*\r\n%s" % (n_args, _bulk(key), trim, _bulk(_PAYLOAD_FIELD_BYTES))
+        try:
+            conn = self._pool.get_connection()
+        except _CONNECTION_ERRORS as exc:
+            raise BusUnavailableError(f"redis at {self.url} unreachable: {exc}") from exc
+        errors: list[str] = []
+        try:
+            for start in range(0, len(payloads), PIPELINE_CHUNK):
+                chunk = payloads[start:start + PIPELINE_CHUNK]
+                conn.send_packed_command([b"".join([b"%s$%d\r\n%s\r\n" % (head, len(p), p) for p in chunk])])
+                for _ in range(len(chunk)):
+                    try:
+                        conn.read_response()
+                    except redis.exceptions.ResponseError as exc:
+                        errors.append(str(exc))
+        except _CONNECTION_ERRORS as exc:
+            conn.disconnect()
+            raise BusUnavailableError(f"redis at {self.url}: {exc}") from exc
+        finally:
+            self._pool.release(conn)
+        if errors:
+            raise BusError(f"{len(errors)} of {len(payloads)} XADD failed on {stream}: {errors[0]}")
+        return len(payloads)
+
+    def ensure_group(self, stream: str, group: str, *, start_id: str = "0") -> None:
+        try:
+            self._call("XGROUP", "CREATE", self._key(stream), group, start_id, "MKSTREAM")
+        except redis.exceptions.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise BusError(str(exc)) from exc
+
+    def read_group(self, stream: str, group: str, consumer: str, *, count: int,
+                   block_ms: int | None = None) -> list[StreamEntry]:
+        block: tuple[Any, ...] = ()
+        if block_ms:
+            block = ("BLOCK", min(int(block_ms), int(self.socket_timeout_s * 1000) - 500))
+        key = self._key(stream)
+        args = ("XREADGROUP", "GROUP", group, consumer, "COUNT", count, *block, "STREAMS", key, ">")
+        try:
+            reply = self._call(*args)
+        except redis.exceptions.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise BusError(str(exc)) from exc
+            self.ensure_group(stream, group, start_id="0")
+            reply = self._call(*args)
+        if not reply:
+            return []
+        if isinstance(reply, dict):  # RESP3: {stream: entries}
+            return _entries(next(iter(reply.values())))
+        return _entries(reply[0][1])  # RESP2: [[stream, entries]]
+
+    def ack(self, stream: str, group: str, entry_ids: Sequence[str]) -> int:
+        if not entry_ids:
+            return 0
+        try:
+            return int(self._call("XACK", self._key(stream), group, *entry_ids))
+        except redis.exceptions.ResponseError as exc:
+            raise BusError(str(exc)) from exc
+
+    def claim_stale(self, stream: str, group: str, consumer: str, *, min_idle_ms: int,
+                    count: int) -> list[StreamEntry]:
+        claimed: list[StreamEntry] = []
+        cursor: Any = "0-0"
+        while len(claimed) < count:
+            try:
+                reply = self._call("XAUTOCLAIM", self._key(stream), group, consumer, int(min_idle_ms), cursor,
+                                   "COUNT", count - len(claimed))
+            except redis.exceptions.ResponseError as exc:
+                if "NOGROUP" in str(exc):
+                    return claimed
+                raise BusError(str(exc)) from exc
+            cursor, entries = reply[0], reply[1]
+            claimed.extend(_entries(entries))
+            if cursor in (b"0-0", "0-0"):
+                break
+        return claimed
+
+    def pending(self, stream: str, group: str) -> int:
+        try:
+            reply = self._call("XPENDING", self._key(stream), group)
+        except redis.exceptions.ResponseError as exc:
+            if "NOGROUP" in str(exc):
+                return 0
+            raise BusError(str(exc)) from exc
+        return int(reply[0])
+
+    def length(self, stream: str) -> int:
+        return int(self._call("XLEN", self._key(stream)))
+
+    def read_range(self, stream: str, *, count: int | None = None) -> list[StreamEntry]:
+        extra = ("COUNT", count) if count is not None else ()
+        return _entries(self._call("XRANGE", self._key(stream), "-", "+", *extra))
+
+    def read_latest(self, stream: str) -> StreamEntry | None:
+        entries = _entries(self._call("XREVRANGE", self._key(stream), "+", "-", "COUNT", 1))
+        return entries[0] if entries else None
+
+    def dead_letter(self, stream: str, entry: StreamEntry, *, reason: str, group: str = "",
+                    consumer: str = "", payload_kept_bytes: int = DEAD_LETTER_PAYLOAD_KEPT_BYTES,
+                    maxlen: int | None = 10_000) -> str:
+        envelope = dead_letter_payload(stream, entry, reason=reason, group=group, consumer=consumer,
+                                       payload_kept_bytes=payload_kept_bytes)
+        trim = ("MAXLEN", "~", maxlen) if maxlen is not None else ()
+        # The reason also as a plain field so `redis-cli XRANGE …:dead - +` is readable.
+        reply = self._call("XADD", self._key(dead_letter_stream(stream)), *trim, "*", PAYLOAD_FIELD, envelope,
+                           "reason", reason)
+        return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+    def set_value(self, key: str, value: bytes) -> None:
+        self._call("SET", self._key(key), value)
+
+    def get_value(self, key: str) -> bytes | None:
+        return self._call("GET", self._key(key))
+
+    def delete(self, *keys: str) -> None:
+        if keys:
+            self._call("DEL", *(self._key(k) for k in keys))
+
+    def ping(self) -> bool:
+        try:
+            return bool(self._call("PING"))
+        except BusUnavailableError:
+            return False
+
+    def close(self) -> None:
+        self._pool.disconnect()
