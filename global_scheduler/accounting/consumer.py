@@ -1,0 +1,197 @@
+"""The accounting consumer: energy records from the ``meridian:energy`` stream into the Redis ledger.
+
+One worker per stream and consumer group, like the other stream consumers. Each poll first claims
+entries another consumer left pending for longer than ``claim_idle_ms`` (a dead global scheduler's
+work, ``XAUTOCLAIM``), then reads new ones; every entry is decoded, validated, applied to the ledger
+and only then acknowledged.
+
+Why a restart loses nothing and double-applies nothing: an entry is acknowledged only after the
+ledger applied it, so a consumer killed before that leaves it pending and the next consumer claims it;
+the ledger applies each ``record_id`` at most once (see :mod:`.ledger`), so a consumer killed between
+apply and acknowledge, or a producer that sent a record twice, costs one harmless redelivery. A
+payload that does not decode or that the ledger refuses goes to the dead-letter stream with the reason
+and is acknowledged: one bad record never stops the ledger.
+
+Hazards: ``claim_idle_ms`` must exceed the longest time a live consumer holds a batch, or two
+consumers apply the same entries concurrently (still once each, thanks to the record ids, but wasted
+work). Records are applied in delivery order, which need not be time order; the bucketed sums do not
+care.
+
+Producers build records with :func:`summary_interval_record` (from two consecutive
+``ClusterSummary`` messages of a cluster) or directly, and send them with :func:`publish_records`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import redis
+from google.protobuf.message import DecodeError
+
+from global_scheduler.accounting.ledger import LedgerError, RedisLedger
+from meridian import energy, observability
+from meridian.bus import StreamBus, open_bus
+from meridian.bus.base import BusUnavailableError, StreamEntry
+from protos import energy_pb2, telemetry_pb2
+
+log = logging.getLogger(__name__)
+
+ENERGY_STREAM = "meridian:energy"
+ACCOUNTING_GROUP = "accounting"
+ENERGY_STREAM_MAXLEN = 1_000_000
+BACKOFF_S = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
+
+
+@dataclass
+class PollStats:
+    applied: int = 0
+    duplicates: int = 0
+    dead_lettered: int = 0
+
+    @property
+    def seen(self) -> int:
+        return self.applied + self.duplicates + self.dead_lettered
+
+
+class AccountingConsumer:
+    """Apply energy records from a stream to a :class:`RedisLedger` (module doc)."""
+
+    def __init__(self, *, bus: StreamBus, ledger: RedisLedger, consumer: str, stream: str = ENERGY_STREAM,
+                 group: str = ACCOUNTING_GROUP, batch: int = 256, block_ms: int = 1000,
+                 claim_idle_ms: int = 30_000, throttle_s: float = 0.0) -> None:
+        self.bus = bus
+        self.ledger = ledger
+        self.consumer = consumer
+        self.stream = stream
+        self.group = group
+        self.batch = batch
+        self.block_ms = block_ms
+        self.claim_idle_ms = claim_idle_ms
+        self.throttle_s = throttle_s  # slows each record down; only fault tests set it
+        self.bus.ensure_group(stream, group, start_id="0")
+
+    def _handle(self, entry: StreamEntry, stats: PollStats) -> None:
+        try:
+            record = energy_pb2.EnergyRecord.FromString(entry.payload)
+            fresh = self.ledger.apply(record)
+        except (DecodeError, LedgerError) as exc:
+            reason = "decode" if isinstance(exc, DecodeError) else "invalid"
+            self.bus.dead_letter(self.stream, entry, reason=f"{reason}: {exc}", group=self.group,
+                                 consumer=self.consumer)
+            observability.STREAM_DEAD_LETTERS.labels(stream=self.stream, reason=reason).inc()
+            observability.ACCOUNTING_RECORDS.labels(outcome="invalid").inc()
+            stats.dead_lettered += 1
+        else:
+            if fresh:
+                stats.applied += 1
+                observability.ACCOUNTING_RECORDS.labels(outcome="applied").inc()
+                self._export(record)
+            else:
+                stats.duplicates += 1
+                observability.ACCOUNTING_RECORDS.labels(outcome="duplicate").inc()
+        # Acknowledge only now: everything above either applied the record or parked it.
+        self.bus.ack(self.stream, self.group, [entry.entry_id])
+
+    @staticmethod
+    def _export(record: energy_pb2.EnergyRecord) -> None:
+        it_j = record.it_energy_joules
+        observability.record_region_energy(
+            record.region, it_energy_joules=it_j,
+            facility_energy_joules=float(energy.facility_energy_joules(it_j, record.pue)),
+            carbon_grams=float(energy.carbon_grams(it_j, record.pue, record.carbon_g_per_kwh)),
+            cost=float(energy.energy_cost(it_j, record.pue, record.price_per_mwh)))
+        if record.unknown_seconds > 0:
+            observability.ENERGY_UNKNOWN.labels(region=record.region, cluster=record.cluster).inc(
+                record.unknown_seconds)
+
+    def poll_once(self, *, block: bool = True) -> PollStats:
+        """Claim stale entries, read new ones, apply and acknowledge them; returns what happened."""
+        stats = PollStats()
+        entries = self.bus.claim_stale(self.stream, self.group, self.consumer, min_idle_ms=self.claim_idle_ms,
+                                       count=self.batch)
+        if not entries:
+            entries = self.bus.read_group(self.stream, self.group, self.consumer, count=self.batch,
+                                          block_ms=self.block_ms if block else None)
+        for entry in entries:
+            self._handle(entry, stats)
+            if self.throttle_s:
+                time.sleep(self.throttle_s)
+        observability.STREAM_PENDING.labels(stream=self.stream, group=self.group).set(
+            self.bus.pending(self.stream, self.group))
+        return stats
+
+    def run(self, stop: threading.Event) -> None:
+        """Poll until ``stop`` is set; back off over :data:`BACKOFF_S` while Redis is unreachable."""
+        failures = 0
+        while not stop.is_set():
+            try:
+                self.poll_once()
+                failures = 0
+            except (BusUnavailableError, redis.exceptions.ConnectionError) as exc:
+                delay = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]
+                failures += 1
+                log.warning("accounting consumer %s: %s; retrying in %.2fs", self.consumer, exc, delay)
+                stop.wait(delay)
+
+
+def publish_records(bus: StreamBus, records: Sequence[energy_pb2.EnergyRecord], *,
+                    stream: str = ENERGY_STREAM) -> int:
+    return bus.publish_many(stream, [r.SerializeToString() for r in records], maxlen=ENERGY_STREAM_MAXLEN)
+
+
+def summary_interval_record(prev: telemetry_pb2.ClusterSummary, cur: telemetry_pb2.ClusterSummary, *,
+                            price_per_mwh: float, max_gap_s: float = 300.0,
+                            shares: Sequence[energy_pb2.EnergyShare] = ()) -> energy_pb2.EnergyRecord:
+    """The energy record for the interval between two consecutive summaries of one cluster.
+
+    Energy is the increase of the summed node counters (``energy_joules``); when the sum fell (an agent
+    restarted, a node left) it is the trapezoid of the two power readings instead. An interval longer
+    than ``max_gap_s`` is unknown (:mod:`meridian.energy` gap policy). Intensity and PUE are the
+    interval's mean of the two summaries; the price is the caller's, for the interval's hour.
+    """
+    dt_s = (cur.generated_unix_ms - prev.generated_unix_ms) / 1000.0
+    if dt_s <= 0:
+        raise LedgerError(f"summaries of {cur.cluster} are not in time order")
+    delta = energy.counter_increments_joules([prev.energy_joules, cur.energy_joules])
+    it_j = float(delta.increments_joules[0])
+    if delta.resets:
+        it_j = float(energy.trapezoid_intervals_joules([0.0, dt_s], [prev.power_watts, cur.power_watts],
+                                                       max_gap_s=float("inf"))[0])
+    unknown_s = 0.0
+    if dt_s > max_gap_s:
+        it_j, unknown_s, shares = 0.0, dt_s, ()
+    return energy_pb2.EnergyRecord(
+        record_id=f"{cur.cluster}:summary:{cur.sequence}:{cur.generated_unix_ms}", region=cur.region,
+        cluster=cur.cluster, start_unix_ms=prev.generated_unix_ms, end_unix_ms=cur.generated_unix_ms,
+        it_energy_joules=it_j, unknown_seconds=unknown_s, pue=max(1.0, 0.5 * (prev.pue + cur.pue)),
+        carbon_g_per_kwh=0.5 * (prev.carbon_g_per_kwh + cur.carbon_g_per_kwh), price_per_mwh=price_per_mwh,
+        shares=list(shares))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run the accounting consumer until killed.")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--key-prefix", default="", help="extra prefix before every key (tests isolate with it)")
+    parser.add_argument("--consumer", default="accounting-0")
+    parser.add_argument("--bucket-s", type=int, default=60)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--claim-idle-ms", type=int, default=30_000)
+    parser.add_argument("--throttle-s", type=float, default=0.0, help="sleep per record (fault tests)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO)
+    bus = open_bus(args.redis_url, key_prefix=args.key_prefix)
+    ledger = RedisLedger(redis.Redis.from_url(args.redis_url), prefix=f"{args.key_prefix}meridian:",
+                         bucket_s=args.bucket_s)
+    consumer = AccountingConsumer(bus=bus, ledger=ledger, consumer=args.consumer, batch=args.batch,
+                                  claim_idle_ms=args.claim_idle_ms, throttle_s=args.throttle_s)
+    consumer.run(threading.Event())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

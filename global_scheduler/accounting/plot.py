@@ -1,0 +1,99 @@
+"""The report's picture: power per region over time, the grid's carbon intensity beneath, and totals.
+
+Series come from the same accounting table as the numbers (mean power = IT energy / bucket length;
+intensity = carbon / facility energy), so the picture can never disagree with the table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: reports are written on servers and in CI
+
+import matplotlib.dates as mdates
+import matplotlib.pyplot as plt
+import numpy as np
+
+from global_scheduler.accounting.report import (
+    AccountingSource,
+    EnergyReport,
+    from_unix_s,
+    to_unix_s,
+)
+from meridian.energy import JOULES_PER_KWH
+
+
+def _plot_bucket_s(source: AccountingSource, since_s: float, until_s: float) -> float:
+    # About 200 points across the range, at a whole multiple of the source's resolution.
+    res = max(source.resolution_s, 1.0)
+    return res * max(1, int((until_s - since_s) / 200 / res))
+
+
+def plot_report(source: AccountingSource, report: EnergyReport, path: str | Path) -> Path:
+    """Write a PNG for ``report`` (which ``source`` produced); returns the path."""
+    path = Path(path)
+    since_s, until_s = to_unix_s(report.since), to_unix_s(report.until)
+    table = source.table(policy=report.policy, since_s=since_s, until_s=until_s).clip_to(since_s, until_s)
+    regions = sorted(report.regions)
+    table = table.select(np.isin(table.region, regions))
+    bucket_s = _plot_bucket_s(source, since_s, until_s)
+    starts, keys, sums = table.bucket_sums("region", origin_s=since_s, bucket_s=bucket_s)
+    times = [from_unix_s(s) for s in starts]
+    power_kw = sums["it_energy_joules"] / bucket_s / 1000.0
+    fac_kwh = sums["facility_energy_joules"] / JOULES_PER_KWH
+    intensity = np.divide(sums["carbon_grams"], fac_kwh, out=np.full_like(fac_kwh, np.nan), where=fac_kwh > 0)
+
+    fig = plt.figure(figsize=(12, 6.5), dpi=110)
+    grid = fig.add_gridspec(2, 2, width_ratios=(3.2, 1), hspace=0.08, wspace=0.28)
+    ax_power = fig.add_subplot(grid[0, 0])
+    ax_ci = fig.add_subplot(grid[1, 0], sharex=ax_power)
+    ax_tot = fig.add_subplot(grid[:, 1])
+    colours = {k: plt.get_cmap("tab10")(i % 10) for i, k in enumerate(regions)}
+    for i, key in enumerate(keys):
+        ax_power.plot(times, power_kw[:, i], color=colours[str(key)], lw=1.3, label=str(key))
+        ax_ci.plot(times, intensity[:, i], color=colours[str(key)], lw=1.3)
+    ax_power.set_ylabel("IT power (kW)")
+    ax_power.set_title(f"Energy report: {report.policy} — {report.since:%Y-%m-%d %H:%M} to "
+                       f"{report.until:%Y-%m-%d %H:%M} UTC", loc="left", fontsize=11)
+    ax_power.legend(loc="upper left", fontsize=8, ncol=len(keys) or 1)
+    ax_power.grid(alpha=0.3)
+    plt.setp(ax_power.get_xticklabels(), visible=False)
+    ax_ci.set_ylabel("grid intensity (gCO₂/kWh)")
+    ax_ci.grid(alpha=0.3)
+    ax_ci.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M"))
+    plt.setp(ax_ci.get_xticklabels(), rotation=30, ha="right", fontsize=8)
+
+    names = list(regions)
+    carbon = [report.regions[r].carbon_kg for r in names]
+    bars_colours = [colours[r] for r in names]
+    if report.counterfactual is not None:
+        names.append(f"total\n({report.policy})")
+        carbon.append(report.totals.carbon_kg)
+        bars_colours.append("0.35")
+        names.append(f"total\n({report.counterfactual.policy})")
+        carbon.append(report.counterfactual.totals.carbon_kg)
+        bars_colours.append("0.75")
+    else:
+        names.append("total")
+        carbon.append(report.totals.carbon_kg)
+        bars_colours.append("0.35")
+    y = np.arange(len(names))
+    ax_tot.barh(y, carbon, color=bars_colours)
+    ax_tot.set_yticks(y, names, fontsize=8)
+    ax_tot.invert_yaxis()
+    ax_tot.set_xlabel("carbon (kg CO₂e)")
+    ax_tot.set_title("totals", loc="left", fontsize=11)
+    for yi, r in zip(y, regions, strict=False):
+        t = report.regions[r]
+        ax_tot.annotate(f"{t.energy_kwh:,.0f} kWh\n{t.cost:,.0f} {report.currency}", (t.carbon_kg, yi),
+                        xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
+    if report.counterfactual is not None:
+        cf = report.counterfactual
+        ax_tot.text(0.02, 0.02, f"{cf.carbon_saved_kg:,.0f} kg ({cf.carbon_saved_ratio:.1%}) less\nthan {cf.policy}",
+                    transform=ax_tot.transAxes, fontsize=8, va="bottom")
+    ax_tot.margins(x=0.35)
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+    return path
