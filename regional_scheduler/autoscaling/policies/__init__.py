@@ -1,0 +1,1 @@
+"""Autoscaling policies, one per module; :mod:`.registry` maps names to constructors."""

@@ -1,0 +1,81 @@
+"""What every autoscaling policy implements, and what it is given about the service."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+from regional_scheduler.autoscaling.forecaster import SeasonalForecast
+from regional_scheduler.autoscaling.guard_rails import GuardRails
+from regional_scheduler.autoscaling.service_sizing import ServiceSizing
+from regional_scheduler.autoscaling.settings import GuardRailSettings, ServiceSettings
+from regional_scheduler.autoscaling.simulator import Observation
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """The service a policy scales: its sizing, timing and a causal forecast of its load (in replicas)."""
+
+    sizing: ServiceSizing
+    service: ServiceSettings
+    forecast: SeasonalForecast
+
+    @property
+    def lead_minutes(self) -> int:
+        """Minutes ahead a decision taken now must cover: metrics delay + one tick + pod start-up."""
+        svc = self.service
+        return math.ceil((svc.startup_delay_s + svc.metrics_delay_s + svc.tick_s) / 60.0)
+
+    def guard_rail_settings(self) -> GuardRailSettings:
+        return GuardRailSettings(min_replicas=self.sizing.min_replicas, max_replicas=self.sizing.max_replicas,
+                                 breach_target_utilisation=self.sizing.target_utilisation)
+
+
+class AutoscalingPolicy(Protocol):
+    """A policy proposes a replica count each tick; guarded policies pass it through :class:`GuardRails`."""
+
+    name: str
+
+    def reset(self, context: PolicyContext) -> None: ...
+
+    def decide(self, observation: Observation) -> int: ...
+
+
+def forecast_needed_load(context: PolicyContext, observation: Observation, *, extra_minutes: int = 2) -> float:
+    """Peak load (replicas at 100%) expected from now until new pods would be ready, plus ``extra_minutes``.
+
+    Never below the load observed now (persistence), so a forecast miss is no worse than reacting.
+    """
+    last = observation.observed_minutes - 1
+    now = observation.load_replicas
+    if last < 0:
+        return now
+    first_h = max(1, observation.minute - last)
+    peak = context.forecast.peak(last, first_h, first_h + context.lead_minutes + extra_minutes)
+    return max(now, peak) if math.isfinite(peak) else now
+
+
+def forecast_spread(context: PolicyContext, observation: Observation) -> float:
+    """Recent RMS one-minute forecast error (load in replicas): noise no forecast can foresee."""
+    last = observation.observed_minutes - 1
+    return float(context.forecast.spread[last]) if last >= 0 else 0.0
+
+
+class GuardedPolicy:
+    """Wraps a proposing policy with the guard rails (the learned and forecast policies use this)."""
+
+    def __init__(self) -> None:
+        self.rails: GuardRails | None = None
+        self.last_rails: tuple[str, ...] = ()
+
+    def reset_rails(self, context: PolicyContext) -> None:
+        self.rails = GuardRails(context.guard_rail_settings())
+
+    def guard(self, proposed: int, observation: Observation) -> int:
+        assert self.rails is not None, "reset() first"
+        decision = self.rails.apply(proposed=proposed, current=observation.current_replicas,
+                                    now_s=observation.time_s, slo_breached=observation.slo_breached,
+                                    utilisation=observation.utilisation)
+        self.last_rails = decision.rails
+        return decision.replicas

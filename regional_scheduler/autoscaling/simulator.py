@@ -1,0 +1,212 @@
+"""A simulator of one service driven by a request-rate series, stepped every ``tick_s`` (15 s).
+
+Per tick:
+
+1. **Actuate** the policy's desired replica count: extra pods are created *pending* and become ready
+   ``startup_delay_s`` later; removals take pending pods first (newest first), then ready ones.
+2. **Serve**: demand is expressed in replicas at 100% (``load``; the minute's rate spread evenly over its
+   ticks). Ready replicas serve up to their capacity; the excess joins a fluid backlog; backlog older than
+   ``timeout_s`` is dropped (errors). Utilisation = served / capacity.
+3. **Latency**: p99 of an M/M/c replica at the offered utilisation (:mod:`queueing`) plus the backlog's
+   drain time.
+
+Controllers never see the present: the observation at tick ``k`` carries metrics up to
+``k − metrics_delay`` (utilisation averaged over ``metrics_window_s``), like metrics-server.
+
+A minute violates the SLO when any of its ticks has a p99 above ``slo_p99_ms`` or its dropped fraction
+exceeds ``max_error_rate``. Minutes whose rate is missing in the series (NaN) are simulated with the last
+known rate but are left out of SLO and latency statistics: nobody knows what happened then.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from regional_scheduler.autoscaling.queueing import SATURATED, p99_latency_s
+from regional_scheduler.autoscaling.settings import ServiceSettings
+
+_LATENCY_TABLE_POINTS = 4000
+
+
+@dataclass(slots=True)
+class Observation:
+    """What a controller may know at one tick (all metrics delayed by ``metrics_delay_s``)."""
+
+    tick: int
+    time_s: float
+    minute: int
+    current_replicas: int
+    ready_replicas: int
+    pending_replicas: int
+    utilisation: float | None
+    load_replicas: float
+    p99_latency_ms: float
+    error_rate: float
+    slo_breached: bool
+    observed_minutes: int
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Per-tick and per-minute records of one run, with the benchmark's summary statistics."""
+
+    replicas: np.ndarray
+    ready: np.ndarray
+    utilisation: np.ndarray
+    p99_ms: np.ndarray
+    scale_events: int
+    minute_violated: np.ndarray
+    minute_observed: np.ndarray
+    tick_weight: np.ndarray
+    tick_s: float
+
+    def summary(self, first_minute: int = 0) -> dict[str, float]:
+        tpm = int(round(60 / self.tick_s))
+        first_tick = first_minute * tpm
+        observed = self.minute_observed[first_minute:]
+        weights = self.tick_weight[first_tick:] * np.repeat(observed, tpm)[: self.tick_weight.size - first_tick]
+        latencies = self.p99_ms[first_tick:]
+        return {
+            "slo_violation_minutes": int(np.sum(self.minute_violated[first_minute:] & observed)),
+            "p99_latency_ms": float(weighted_quantile(latencies, weights, 0.99)),
+            "replica_hours": float(np.sum(self.replicas[first_tick:]) * self.tick_s / 3600.0),
+            "scale_events": int(self.scale_events),
+            "observed_minutes": int(np.sum(observed)),
+        }
+
+
+def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """The q-quantile of ``values`` weighted by ``weights`` (0 if no weight)."""
+    total = float(np.sum(weights))
+    if total <= 0:
+        return 0.0
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(weights[order])
+    return float(values[order][min(int(np.searchsorted(cumulative, q * total)), values.size - 1)])
+
+
+class ServiceSimulator:
+    """One service replaying ``load_per_minute`` (demand in replicas at 100%; NaN = missing)."""
+
+    def __init__(self, load_per_minute: np.ndarray, service: ServiceSettings, *, initial_replicas: int,
+                 start_minute: int = 0, end_minute: int | None = None) -> None:
+        self.service = service
+        self.ticks_per_minute = int(round(60 / service.tick_s))
+        if abs(self.ticks_per_minute * service.tick_s - 60) > 1e-9:
+            raise ValueError(f"tick_s={service.tick_s} must divide a minute")
+        load = np.asarray(load_per_minute, dtype=float)
+        self.minute_observed_all = np.isfinite(load)
+        filled = load.copy()
+        # Hold the last known rate through missing minutes (leading gaps take the first known rate).
+        idx = np.where(self.minute_observed_all, np.arange(load.size), 0)
+        np.maximum.accumulate(idx, out=idx)
+        filled = filled[idx]
+        first_known = filled[self.minute_observed_all][0] if self.minute_observed_all.any() else 0.0
+        filled[~np.isfinite(filled)] = first_known
+        self.load_per_minute = filled
+        self.start_minute = start_minute
+        self.end_minute = load.size if end_minute is None else end_minute
+        self.initial_replicas = initial_replicas
+        grid = np.linspace(0.0, SATURATED, _LATENCY_TABLE_POINTS)
+        self._latency_table = (p99_latency_s(grid, workers=service.workers_per_replica,
+                                             service_time_s=service.service_time_ms / 1000.0) * 1000.0).tolist()
+        self._slo_ms = service.slo_p99_ms
+
+    def _latency_ms(self, utilisation: float) -> float:
+        if utilisation >= SATURATED:
+            return self._latency_table[-1]
+        return self._latency_table[int(utilisation / SATURATED * (_LATENCY_TABLE_POINTS - 1))]
+
+    def run(self, decide: Callable[[Observation], int]) -> RunResult:
+        """Replay minutes ``[start_minute, end_minute)`` with ``decide`` called once per tick."""
+        svc = self.service
+        tpm = self.ticks_per_minute
+        tick_s = svc.tick_s
+        n_minutes = self.end_minute - self.start_minute
+        n_ticks = n_minutes * tpm
+        delay_ticks = int(round(svc.metrics_delay_s / tick_s))
+        window_ticks = max(1, int(round(svc.metrics_window_s / tick_s)))
+        startup_ticks = math.ceil(svc.startup_delay_s / tick_s - 1e-9)
+        timeout_ticks = svc.timeout_s / tick_s
+        load_min = self.load_per_minute[self.start_minute:self.end_minute].tolist()
+        observed_min = self.minute_observed_all[self.start_minute:self.end_minute]
+
+        replicas_rec = [0] * n_ticks
+        ready_rec = [0] * n_ticks
+        util_rec = [0.0] * n_ticks
+        p99_rec = [0.0] * n_ticks
+        error_rec = [0.0] * n_ticks
+        weight_rec = [0.0] * n_ticks
+        ready = self.initial_replicas
+        pending: list[int] = []  # tick at which each pending pod becomes ready (ascending)
+        backlog = 0.0
+        scale_events = 0
+        tick_minute_load = load_min  # demand is a rate: replicas busy at 100%, the same on every tick
+        for k in range(n_ticks):
+            minute = k // tpm
+            seen = k - delay_ticks
+            if seen >= 0:
+                lo = max(0, seen - window_ticks + 1)
+                window = util_rec[lo:seen + 1]
+                utilisation: float | None = sum(window) / len(window) if ready_rec[seen] > 0 else None
+                load_seen = load_min[seen // tpm]
+                p99_seen = p99_rec[seen]
+                err_seen = error_rec[seen]
+            else:
+                utilisation, load_seen, p99_seen, err_seen = None, load_min[0], 0.0, 0.0
+            current = ready + len(pending)
+            obs = Observation(
+                tick=k, time_s=k * tick_s, minute=self.start_minute + minute, current_replicas=current,
+                ready_replicas=ready, pending_replicas=len(pending), utilisation=utilisation,
+                load_replicas=load_seen, p99_latency_ms=p99_seen, error_rate=err_seen,
+                slo_breached=p99_seen > self._slo_ms or err_seen > svc.max_error_rate,
+                observed_minutes=self.start_minute + max(0, seen + 1) // tpm)
+            desired = max(0, int(decide(obs)))
+            if desired != current:
+                scale_events += 1
+                if desired > current:
+                    pending.extend([k + startup_ticks] * (desired - current))
+                else:
+                    remove = current - desired
+                    drop_pending = min(remove, len(pending))
+                    if drop_pending:
+                        del pending[len(pending) - drop_pending:]
+                    ready -= remove - drop_pending
+            while pending and pending[0] <= k:
+                pending.pop(0)
+                ready += 1
+            demand = tick_minute_load[minute]
+            work = backlog + demand
+            served = min(work, float(ready))
+            backlog = work - served
+            max_backlog = ready * timeout_ticks
+            dropped = 0.0
+            if backlog > max_backlog:
+                dropped = backlog - max_backlog
+                backlog = max_backlog
+            if ready > 0:
+                util = served / ready
+                latency = self._latency_ms(min(demand / ready, SATURATED)) + backlog / ready * tick_s * 1000.0
+            else:
+                util = 0.0
+                latency = (svc.timeout_s + svc.service_time_ms / 1000.0) * 1000.0 if demand > 0 else 0.0
+            latency = min(latency, (svc.timeout_s + svc.service_time_ms / 1000.0) * 1000.0)
+            replicas_rec[k] = ready + len(pending)
+            ready_rec[k] = ready
+            util_rec[k] = util
+            p99_rec[k] = latency
+            error_rec[k] = dropped / demand if demand > 0 else 0.0
+            weight_rec[k] = demand
+        p99 = np.asarray(p99_rec)
+        errors = np.asarray(error_rec).reshape(n_minutes, tpm)
+        weights = np.asarray(weight_rec).reshape(n_minutes, tpm)
+        minute_error = np.where(weights.sum(1) > 0, (errors * weights).sum(1) / np.maximum(weights.sum(1), 1e-12), 0)
+        violated = (p99.reshape(n_minutes, tpm).max(1) > self._slo_ms) | (minute_error > svc.max_error_rate)
+        return RunResult(
+            replicas=np.asarray(replicas_rec), ready=np.asarray(ready_rec), utilisation=np.asarray(util_rec),
+            p99_ms=p99, scale_events=scale_events, minute_violated=violated, minute_observed=observed_min.copy(),
+            tick_weight=np.asarray(weight_rec), tick_s=tick_s)
