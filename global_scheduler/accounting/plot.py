@@ -33,17 +33,41 @@ def _plot_bucket_s(source: AccountingSource, since_s: float, until_s: float) -> 
 
 def plot_report(source: AccountingSource, report: EnergyReport, path: str | Path) -> Path:
     """Write a PNG for ``report`` (which ``source`` produced); returns the path."""
-    path = Path(path)
     since_s, until_s = to_unix_s(report.since), to_unix_s(report.until)
     table = source.table(policy=report.policy, since_s=since_s, until_s=until_s).clip_to(since_s, until_s)
-    regions = sorted(report.regions)
-    table = table.select(np.isin(table.region, regions))
+    table = table.select(np.isin(table.region, sorted(report.regions)))
     bucket_s = _plot_bucket_s(source, since_s, until_s)
     starts, keys, sums = table.bucket_sums("region", origin_s=since_s, bucket_s=bucket_s)
+    return _draw(report, starts, [str(k) for k in keys], sums["it_energy_joules"], sums["facility_energy_joules"],
+                 sums["carbon_grams"], bucket_s, Path(path))
+
+
+def plot_from_buckets(series: EnergyReport, report: EnergyReport, path: str | Path) -> Path:
+    """The same picture from a report bucketed by region (what a live ``--target`` returns)."""
+    if series.group_by != "region" or not series.bucket_seconds:
+        raise ValueError("the series report must be grouped by region and bucketed")
+    bucket_s = float(series.bucket_seconds)
+    since_s = to_unix_s(series.since)
+    keys = sorted({b.key for b in series.buckets})
+    n_b = int(np.ceil((to_unix_s(series.until) - since_s) / bucket_s))
+    it_j, fac_j, co2_g = (np.zeros((n_b, len(keys))) for _ in range(3))
+    for b in series.buckets:
+        i = int((to_unix_s(b.start) - since_s) // bucket_s)
+        k = keys.index(b.key)
+        it_j[i, k] = b.totals.energy_kwh * JOULES_PER_KWH
+        fac_j[i, k] = b.totals.facility_energy_kwh * JOULES_PER_KWH
+        co2_g[i, k] = b.totals.carbon_kg * 1000.0
+    starts = since_s + np.arange(n_b) * bucket_s
+    return _draw(report, starts, keys, it_j, fac_j, co2_g, bucket_s, Path(path))
+
+
+def _draw(report: EnergyReport, starts: np.ndarray, keys: list[str], it_j: np.ndarray, fac_j: np.ndarray,
+          co2_g: np.ndarray, bucket_s: float, path: Path) -> Path:
+    regions = sorted(report.regions)
     times = [from_unix_s(s) for s in starts]
-    power_kw = sums["it_energy_joules"] / bucket_s / 1000.0
-    fac_kwh = sums["facility_energy_joules"] / JOULES_PER_KWH
-    intensity = np.divide(sums["carbon_grams"], fac_kwh, out=np.full_like(fac_kwh, np.nan), where=fac_kwh > 0)
+    power_kw = it_j / bucket_s / 1000.0
+    fac_kwh = fac_j / JOULES_PER_KWH
+    intensity = np.divide(co2_g, fac_kwh, out=np.full_like(fac_kwh, np.nan), where=fac_kwh > 0)
 
     fig = plt.figure(figsize=(12, 6.5), dpi=110)
     grid = fig.add_gridspec(2, 2, width_ratios=(3.2, 1), hspace=0.08, wspace=0.28)
@@ -52,8 +76,9 @@ def plot_report(source: AccountingSource, report: EnergyReport, path: str | Path
     ax_tot = fig.add_subplot(grid[:, 1])
     colours = {k: plt.get_cmap("tab10")(i % 10) for i, k in enumerate(regions)}
     for i, key in enumerate(keys):
-        ax_power.plot(times, power_kw[:, i], color=colours[str(key)], lw=1.3, label=str(key))
-        ax_ci.plot(times, intensity[:, i], color=colours[str(key)], lw=1.3)
+        colour = colours.get(key, "0.5")
+        ax_power.plot(times, power_kw[:, i], color=colour, lw=1.3, label=key)
+        ax_ci.plot(times, intensity[:, i], color=colour, lw=1.3)
     ax_power.set_ylabel("IT power (kW)")
     ax_power.set_title(f"Energy report: {report.policy} — {report.since:%Y-%m-%d %H:%M} to "
                        f"{report.until:%Y-%m-%d %H:%M} UTC", loc="left", fontsize=11)

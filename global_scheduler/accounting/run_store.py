@@ -105,6 +105,20 @@ class WorkloadUsage:
     requested_cpu_cores: ArrayLike
 
 
+@dataclass(frozen=True)
+class WorkloadEnergy:
+    """IT energy already attributed to workloads by the caller: one entry per (cluster, tenant, workload).
+
+    For simulations that share energy out themselves; the remainder of each cluster's energy is booked
+    as ``(unattributed, idle)``. Shares larger than the cluster's energy are an error.
+    """
+
+    cluster_index: ArrayLike
+    tenant: Sequence[str]
+    workload: Sequence[str]
+    it_energy_joules: ArrayLike
+
+
 def _per_cluster(value: ArrayLike | None, n: int, name: str, default: float | NDArray[np.float64] | None = None
                  ) -> NDArray[np.float64]:
     if value is None:
@@ -152,7 +166,7 @@ class RunRecorder:
         pue: ArrayLike | None = None,
         allocatable_cpu_cores: ArrayLike | None = None,
         unknown_s: ArrayLike | None = None,
-        usage: WorkloadUsage | None = None,
+        usage: WorkloadUsage | WorkloadEnergy | None = None,
     ) -> None:
         """Account one interval ``[start_s, end_s)`` (Unix seconds) for every cluster.
 
@@ -160,6 +174,7 @@ class RunRecorder:
         ``unknown_s`` says part of it was not seen); intensity and price are those of this interval in
         each cluster's region. ``idle_power_watts`` defaults to 0 (everything counts as active);
         ``allocatable_cpu_cores`` defaults to the requests (all idle energy goes to the requesters).
+        ``usage`` is either CPU use (shared out Kepler-style here) or energy already attributed.
         """
         n = self.n_clusters
         duration_s = float(end_s) - float(start_s)
@@ -179,13 +194,20 @@ class RunRecorder:
         if usage is None:
             usage = WorkloadUsage(np.empty(0, np.int64), [], [], np.empty(0), np.empty(0))
         pod_cluster = np.asarray(usage.cluster_index, dtype=np.int64)
-        req = np.asarray(usage.requested_cpu_cores, dtype=np.float64)
-        alloc = (np.bincount(pod_cluster, req, minlength=n) if allocatable_cpu_cores is None
-                 else _per_cluster(allocatable_cpu_cores, n, "allocatable_cpu_cores"))
-        split = energy.attribute_node_energy(
-            node_energy_joules=it_j, node_idle_joules=idle_w * covered_s, node_allocatable_cpu_cores=alloc,
-            pod_node_index=pod_cluster, pod_cpu_core_seconds=usage.cpu_core_seconds,
-            pod_requested_cpu_cores=req, idle_split=self.idle_split)
+        if isinstance(usage, WorkloadEnergy):
+            pod_j = np.asarray(usage.it_energy_joules, dtype=np.float64)
+            rest = it_j - np.bincount(pod_cluster, pod_j, minlength=n)
+            if (pod_j < 0).any() or (rest < -1e-6 * np.maximum(it_j, 1.0)).any():
+                raise ValueError("workload energy must be non-negative and within each cluster's energy")
+            split = energy.Attribution(pod_j, np.zeros_like(pod_j), np.maximum(rest, 0.0))
+        else:
+            req = np.asarray(usage.requested_cpu_cores, dtype=np.float64)
+            alloc = (np.bincount(pod_cluster, req, minlength=n) if allocatable_cpu_cores is None
+                     else _per_cluster(allocatable_cpu_cores, n, "allocatable_cpu_cores"))
+            split = energy.attribute_node_energy(
+                node_energy_joules=it_j, node_idle_joules=idle_w * covered_s, node_allocatable_cpu_cores=alloc,
+                pod_node_index=pod_cluster, pod_cpu_core_seconds=usage.cpu_core_seconds,
+                pod_requested_cpu_cores=req, idle_split=self.idle_split)
 
         self._cluster_rows.append({
             "start_s": np.full(n, float(start_s)), "end_s": np.full(n, float(end_s)),
@@ -219,6 +241,57 @@ class RunRecorder:
         if not self._cluster_rows:
             return {k: np.empty(0) for k in CLUSTER_COLUMNS}
         return {k: np.concatenate([r[k] for r in self._cluster_rows]) for k in CLUSTER_COLUMNS}
+
+
+class FederationRunHook:
+    """``on_interval`` hook for ``FederationSim.run``: records its hourly per-cluster records.
+
+    The simulator reports per cluster ``power_watts`` (IT), ``energy_kwh`` (facility, × PUE),
+    ``carbon_g_per_kwh``, ``price_per_mwh`` and optionally ``tenants_energy_kwh`` (facility); PUE is
+    read back as facility / IT energy. The recorder is made on the first call, when the clusters are
+    known. Duck-typed so the accounting package does not import the simulator.
+    """
+
+    def __init__(self, policy: str) -> None:
+        self.policy = policy
+        self.recorder: RunRecorder | None = None
+
+    def __call__(self, records: Sequence[Any]) -> None:
+        if not records:
+            return
+        power = np.array([r.power_watts for r in records], dtype=np.float64)
+        seconds = float(records[0].seconds)
+        fac_j = np.array([r.energy_kwh for r in records], dtype=np.float64) * energy.JOULES_PER_KWH
+        it_j = power * seconds
+        pue = np.divide(fac_j, it_j, out=np.ones_like(it_j), where=it_j > 0)
+        if self.recorder is None:
+            self.recorder = RunRecorder([ClusterSpec(name=r.cluster, region=r.region, pue=max(1.0, float(p)))
+                                         for r, p in zip(records, pue, strict=True)], policy=self.policy)
+        c_idx: list[int] = []
+        tenants: list[str] = []
+        tenant_j: list[float] = []
+        for i, r in enumerate(records):
+            for tenant, kwh in (getattr(r, "tenants_energy_kwh", None) or {}).items():
+                c_idx.append(i)
+                tenants.append(tenant)
+                tenant_j.append(kwh * energy.JOULES_PER_KWH / max(float(pue[i]), 1.0))
+        start_s = records[0].start.timestamp()
+        self.recorder.record_interval(
+            start_s, start_s + seconds, power_watts=power, pue=np.maximum(pue, 1.0),
+            carbon_intensity_g_per_kwh=[r.carbon_g_per_kwh for r in records],
+            price_per_mwh=[r.price_per_mwh for r in records],
+            usage=WorkloadEnergy(np.array(c_idx, dtype=np.int64), tenants, tenants, np.array(tenant_j))
+            if c_idx else None)
+
+
+def save_federation_run(directory: str | Path, hooks: Mapping[str, FederationRunHook], *,
+                        primary: str | None = None, provenance: Mapping[str, Any] | None = None) -> Path:
+    """Save the runs ``FederationRunHook``s recorded; the primary is ``gnn`` when present, else the first."""
+    recorders = {name: h.recorder for name, h in hooks.items() if h.recorder is not None}
+    if not recorders:
+        raise ValueError("no policy recorded any interval")
+    chosen = primary or ("gnn" if "gnn" in recorders else next(iter(recorders)))
+    return save_run(directory, recorders, primary=chosen, currency="EUR", provenance=provenance)
 
 
 def _write_csv(path: Path, columns: Mapping[str, NDArray[Any]], order: Sequence[str]) -> None:
