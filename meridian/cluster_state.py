@@ -19,6 +19,18 @@ import numpy as np
 from meridian.model import MILLI_GPU_PER_DEVICE, Node, Pod
 
 MAX_GPUS = 8
+# GPU shape classes of placed pods, counted per node (GPU-clustering affinity): share, 1, 2, 4, 8 GPUs.
+N_SHAPE_CLASSES = 5
+
+
+def gpu_shape_class(pod: Pod) -> int:
+    """0 for a shared-GPU pod, 1..4 for 1/2/4/8 whole GPUs, -1 for a CPU-only pod."""
+    r = pod.requests
+    if r.gpu_milli:
+        return 0
+    if r.gpu:
+        return min(int(r.gpu).bit_length(), N_SHAPE_CLASSES - 1)
+    return -1
 
 
 class AllocationError(ValueError):
@@ -60,6 +72,9 @@ class ClusterState:
     carbon_g_per_kwh: np.ndarray = field(default_factory=lambda: np.zeros(0))
     last_seen_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     last_seq: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # Bumped on every allocate/release so score caches know which nodes changed.
+    node_version: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    shape_class_count: np.ndarray = field(default_factory=lambda: np.zeros((0, N_SHAPE_CLASSES), dtype=np.int64))
 
     def __post_init__(self) -> None:
         n = len(self.names)
@@ -69,6 +84,10 @@ class ClusterState:
                 setattr(self, name, np.full(n, np.nan))
         if self.last_seq.shape != (n,):
             self.last_seq = np.full(n, -1, dtype=np.int64)
+        if self.node_version.shape != (n,):
+            self.node_version = np.zeros(n, dtype=np.int64)
+        if self.shape_class_count.shape != (n, N_SHAPE_CLASSES):
+            self.shape_class_count = np.zeros((n, N_SHAPE_CLASSES), dtype=np.int64)
         self.index = {name: i for i, name in enumerate(self.names)}
 
     # ------------------------------------------------------------------ construction
@@ -193,6 +212,7 @@ class ClusterState:
         self.req_memory_bytes[i] += r.memory_bytes
         if dev:
             self.gpu_free_milli[i, dev] -= placement.milli_per_device
+        self._count_shape(i, pod, +1)
 
     def release(self, pod: Pod, placement: Placement) -> None:
         i, r = placement.node, pod.requests
@@ -205,3 +225,10 @@ class ClusterState:
         self.req_memory_bytes[i] -= r.memory_bytes
         if dev:
             self.gpu_free_milli[i, dev] += placement.milli_per_device
+        self._count_shape(i, pod, -1)
+
+    def _count_shape(self, i: int, pod: Pod, sign: int) -> None:
+        cls = gpu_shape_class(pod)
+        if cls >= 0:
+            self.shape_class_count[i, cls] += sign
+        self.node_version[i] += 1

@@ -7,8 +7,10 @@ Design
   one pooled connection (redis-py's generic pipeline builds a Python object per command, which costs
   several times what Redis needs to execute it); replies are read back in order, every one of them,
   so a per-entry error never desynchronises the connection.
-* Hot reads (``XREADGROUP``, ``XAUTOCLAIM``) go through the connection directly without redis-py's
-  response callbacks (they build a dict per entry); both RESP2 and RESP3 reply shapes are accepted.
+* The hot read, ``XREADGROUP``, goes through :class:`~meridian.bus.resp.RespSocket`, a one-pass
+  RESP2 reader on its own socket (redis-py's pure-Python parser costs ~7 µs per entry); other
+  commands use redis-py's pooled connections without its response callbacks (which build a dict per
+  entry), accepting both RESP2 and RESP3 reply shapes. ``rediss://`` falls back to redis-py.
 * Consumer groups are created with ``MKSTREAM`` from id ``0``. When a read finds ``NOGROUP`` — the
   server restarted without persistence, or the stream was deleted — the group is recreated from
   ``0`` and the read retried, so nothing published after the restart is skipped.
@@ -25,6 +27,7 @@ Hazards
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +43,7 @@ from meridian.bus.base import (
     StreamEntry,
     dead_letter_payload,
 )
+from meridian.bus.resp import RespError, RespSocket
 from meridian.bus.streams import dead_letter_stream
 
 _PAYLOAD_FIELD_BYTES = PAYLOAD_FIELD.encode()
@@ -81,6 +85,11 @@ class RedisStreamBus:
             retry=Retry(NoBackoff(), 0), max_connections=max_connections, decode_responses=False,
         )
         self._pool = self._client.connection_pool
+        # The hot read goes through a minimal RESP reader on its own socket where the URL allows.
+        self._reader: RespSocket | None = None
+        if url.startswith(("redis://", "unix://")):
+            self._reader = RespSocket(url, timeout_s=socket_timeout_s, connect_timeout_s=connect_timeout_s)
+        self._reader_lock = threading.Lock()
 
     # ------------------------------------------------------------------ plumbing
     def _key(self, name: str) -> bytes:
@@ -150,6 +159,8 @@ class RedisStreamBus:
         if block_ms:
             block = ("BLOCK", min(int(block_ms), int(self.socket_timeout_s * 1000) - 500))
         key = self._key(stream)
+        if self._reader is not None:
+            return self._read_group_fast(stream, key, group, consumer, count=count, block_ms=block[1] if block else None)
         args = ("XREADGROUP", "GROUP", group, consumer, "COUNT", count, *block, "STREAMS", key, ">")
         try:
             reply = self._call(*args)
@@ -163,6 +174,21 @@ class RedisStreamBus:
         if isinstance(reply, dict):  # RESP3: {stream: entries}
             return _entries(next(iter(reply.values())))
         return _entries(reply[0][1])  # RESP2: [[stream, entries]]
+
+    def _read_group_fast(self, stream: str, key: bytes, group: str, consumer: str, *, count: int,
+                         block_ms: int | None) -> list[StreamEntry]:
+        assert self._reader is not None
+        with self._reader_lock:
+            for attempt in range(2):
+                try:
+                    return self._reader.xreadgroup(key, group, consumer, count=count, block_ms=block_ms)
+                except RespError as exc:
+                    if "NOGROUP" not in str(exc) or attempt:
+                        raise BusError(str(exc)) from exc
+                    self.ensure_group(stream, group, start_id="0")
+                except (OSError, ConnectionError, ValueError) as exc:
+                    raise BusUnavailableError(f"redis at {self.url}: {exc}") from exc
+        return []
 
     def ack(self, stream: str, group: str, entry_ids: Sequence[str]) -> int:
         if not entry_ids:
@@ -239,3 +265,6 @@ class RedisStreamBus:
 
     def close(self) -> None:
         self._pool.disconnect()
+        if self._reader is not None:
+            with self._reader_lock:
+                self._reader.close()

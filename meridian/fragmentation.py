@@ -1,0 +1,120 @@
+"""GPU fragmentation as defined by the FGD paper (Weng et al., USENIX ATC '23, §3–4).
+
+Given a *target workload* — the distribution of task shapes and their popularity — a node's
+fragmentation is the expected amount of its unallocated GPU (milli-GPU) that a task drawn from
+that distribution cannot use. Per task type ``t`` on node ``n`` (the paper's Fig. 4 quadrants and
+the simulator's ``GetNodePodFrag``):
+
+- ``t`` asks for no GPU (x-axis), the node's GPU model is not allowed for ``t`` (no access), or ``t``
+  does not fit (lacks CPU, GPU or both): *all* of the node's free GPU counts as fragment;
+- ``t`` fits (Q3): only the GPUs whose free share is below ``t``'s per-GPU request are fragment.
+
+Cluster fragmentation is the sum over nodes. Everything here is vectorised over task types,
+nodes and GPU devices: arrays are ``(T, m)`` or ``(T, m, D)``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from meridian.model import MILLI_GPU_PER_DEVICE, Pod
+
+
+@dataclass(frozen=True)
+class TargetWorkload:
+    """Typical task shapes with their popularity (probabilities summing to 1)."""
+
+    milli_cpu: np.ndarray  # (T,)
+    gpu_milli_per_device: np.ndarray  # (T,) 0 for CPU-only, 1000 for whole GPUs, else the share
+    gpu_count: np.ndarray  # (T,)
+    model_access: np.ndarray  # (T, n_models + 1) bool; last column = node without GPU model
+    probability: np.ndarray  # (T,)
+
+    @property
+    def n_types(self) -> int:
+        return int(self.probability.size)
+
+    @classmethod
+    def from_pods(cls, pods: Sequence[Pod], gpu_models: Sequence[str], *, popularity: float = 0.95) -> TargetWorkload:
+        """The most popular shapes covering ``popularity`` of the pods, renormalised (the FGD
+        simulator's typical-pods rule with ``podPopularityThreshold: 95``, CPU pods included)."""
+        if not pods:
+            raise ValueError("a target workload needs at least one pod")
+        shapes = Counter(
+            (p.requests.milli_cpu,
+             p.requests.gpu_milli if p.requests.gpu_milli else (MILLI_GPU_PER_DEVICE if p.requests.gpu else 0),
+             p.requests.gpu or (1 if p.requests.gpu_milli else 0),
+             tuple(sorted(p.allowed_gpu_models)))
+            for p in pods
+        )
+        total = sum(shapes.values())
+        chosen, covered = [], 0
+        for shape, count in sorted(shapes.items(), key=lambda kv: (-kv[1], kv[0])):
+            chosen.append((shape, count))
+            covered += count
+            if covered >= popularity * total:
+                break
+        n_models = len(gpu_models)
+        access = np.ones((len(chosen), n_models + 1), dtype=bool)
+        for i, ((_, _, _, models), _) in enumerate(chosen):
+            if models:
+                access[i, :] = False
+                for m in models:
+                    if m in gpu_models:
+                        access[i, list(gpu_models).index(m)] = True
+        counts = np.array([c for _, c in chosen], dtype=float)
+        return cls(
+            milli_cpu=np.array([s[0] for s, _ in chosen], dtype=np.int64),
+            gpu_milli_per_device=np.array([s[1] for s, _ in chosen], dtype=np.int64),
+            gpu_count=np.array([s[2] for s, _ in chosen], dtype=np.int64),
+            model_access=access,
+            probability=counts / counts.sum(),
+        )
+
+
+def node_fragmentation_milli(
+    workload: TargetWorkload,
+    free_milli_cpu: np.ndarray,
+    gpu_free_milli: np.ndarray,
+    gpu_model_id: np.ndarray,
+) -> np.ndarray:
+    """Expected fragmented milli-GPU of each node, shape ``(m,)``.
+
+    ``free_milli_cpu`` (m,), ``gpu_free_milli`` (m, D) with 0 in slots without a device,
+    ``gpu_model_id`` (m,) with -1 for nodes without GPUs.
+    """
+    total = gpu_free_milli.sum(axis=1)
+    per_type = fragment_per_type(workload, free_milli_cpu, gpu_free_milli, gpu_model_id, total)
+    return workload.probability @ per_type
+
+
+def fragment_per_type(
+    workload: TargetWorkload,
+    free_milli_cpu: np.ndarray,
+    gpu_free_milli: np.ndarray,
+    gpu_model_id: np.ndarray,
+    total: np.ndarray,
+) -> np.ndarray:
+    """Fragmented milli-GPU per task type and node, ``(T, m)``."""
+    need = workload.gpu_milli_per_device[:, None, None]
+    left = gpu_free_milli[None, :, :]
+    fits_device = left >= need  # (T, m, D)
+    n_fit = fits_device.sum(axis=2)
+    too_small = np.where(fits_device, 0, left).sum(axis=2)  # free GPU slices a task of type t cannot use
+    access = workload.model_access[:, gpu_model_id]  # column -1 = "no model"
+    satisfied = (
+        access
+        & (free_milli_cpu[None, :] >= workload.milli_cpu[:, None])
+        & (n_fit >= workload.gpu_count[:, None])
+        & (workload.gpu_milli_per_device[:, None] > 0)
+    )
+    return np.where(satisfied, too_small, total[None, :])
+
+
+def cluster_fragmentation_milli(workload: TargetWorkload, free_milli_cpu: np.ndarray, gpu_free_milli: np.ndarray,
+                                gpu_model_id: np.ndarray) -> float:
+    return float(node_fragmentation_milli(workload, free_milli_cpu, gpu_free_milli, gpu_model_id).sum())

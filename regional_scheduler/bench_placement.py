@@ -1,0 +1,102 @@
+"""``meridian bench placement``: every policy on the same input, in one run, side by side.
+
+For each seed, each policy gets an identical copy of the workload (same inflation, same order),
+so differences come from the policies alone. Metrics are averaged over seeds; a metric that does
+not apply to a scenario (GPU metrics on a CPU-only cluster) is ``null``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from meridian.model import Node, Pod
+from meridian.simulator import RunResult, run_arrivals, run_timeline, seed_cluster, seed_pods
+from meridian.traces import openb
+from regional_scheduler.framework import Scheduler
+from regional_scheduler.policies.registry import get_policy
+
+OPENB_FIRST_SEED = 42
+SEED_FIRST_SEED = 0
+
+
+@dataclass(frozen=True)
+class BenchInput:
+    scenario: str
+    nodes: list[Node]
+    pods: list[Pod]  # the pod list (also the target workload)
+
+
+def load_input(scenario: str, *, pods_csv: Path | None = None, nodes_csv: Path | None = None) -> BenchInput:
+    if scenario == "seed-50x200":
+        return BenchInput(scenario, seed_cluster(), [])
+    if scenario not in ("openb", "timeline"):
+        raise ValueError(f"unknown scenario {scenario!r}; choose openb, timeline or seed-50x200")
+    nodes = openb.load_nodes(nodes_csv)
+    pods = openb.load_pods(pods_csv or openb.openb_dir() / "openb_pod_list_default.csv")
+    return BenchInput(scenario, nodes, pods)
+
+
+def run_one(inp: BenchInput, policy_name: str, seed: int, *, on_step: Callable[[int], None] | None = None,
+            scheduler_factory: Callable[[str, int], Any] | None = None) -> RunResult:
+    make = scheduler_factory or (lambda name, s: Scheduler(get_policy(name), seed=s))
+    scheduler = make(policy_name, seed)
+    if inp.scenario == "openb":
+        cap = sum(n.allocatable_resources.gpu for n in inp.nodes) * 1000
+        arrivals = openb.inflate_pods(inp.pods, cap, ratio=1.3, seed=seed)
+        return run_arrivals(scheduler, inp.nodes, arrivals, workload=inp.pods, scenario="openb", seed=seed,
+                            on_step=on_step)
+    if inp.scenario == "timeline":
+        return run_timeline(scheduler, inp.nodes, inp.pods, seed=seed, on_step=on_step)
+    pods = seed_pods(seed)
+    return run_arrivals(scheduler, inp.nodes, pods, workload=pods, scenario=inp.scenario, seed=seed, on_step=on_step)
+
+
+def n_steps(inp: BenchInput, seed: int) -> int:
+    if inp.scenario == "openb":
+        cap = sum(n.allocatable_resources.gpu for n in inp.nodes) * 1000
+        return len(openb.inflate_pods(inp.pods, cap, ratio=1.3, seed=seed))
+    return len(inp.pods) if inp.scenario == "timeline" else 200
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def summarize(results: Sequence[RunResult], total_gpus: int) -> dict[str, Any]:
+    """Per-policy means over seeds, with the keys the issue and the docs name."""
+    at100 = [r.curve.get(100) for r in results]
+    alloc100 = _mean([c["gpu_alloc_pct"] if c else None for c in at100])
+    decision = np.concatenate([np.asarray(r.decision_ms) for r in results]) if results else np.zeros(0)
+    return {
+        "gpu_alloc_pct_at_100": alloc100,
+        "unallocated_gpus_at_100": None if alloc100 is None else (100.0 - alloc100) / 100.0 * total_gpus,
+        "frag_gpu_pct_at_100": _mean([c["frag_gpu_pct"] if c else None for c in at100]),
+        "gpu_alloc_pct_at_130": _mean([r.curve[130]["gpu_alloc_pct"] if 130 in r.curve else None for r in results]),
+        "failure_rate": _mean([r.failure_rate for r in results]),
+        "cpu_alloc_pct": _mean([r.final.get("mean_cpu_alloc_pct", r.final["cpu_alloc_pct"]) for r in results]),
+        "mem_alloc_pct": _mean([r.final.get("mean_mem_alloc_pct", r.final["mem_alloc_pct"]) for r in results]),
+        "frag_gini": _mean([r.final.get("mean_frag_gini", r.final["frag_gini"]) for r in results]),
+        "util_variance": _mean([r.final.get("mean_util_variance", r.final["util_variance"]) for r in results]),
+        "decision_ms_p50": float(np.percentile(decision, 50)) if decision.size else None,
+        "decision_ms_p99": float(np.percentile(decision, 99)) if decision.size else None,
+        "wall_s_per_seed": _mean([r.wall_s for r in results]),
+        "seeds": [r.seed for r in results],
+        "per_seed_gpu_alloc_pct_at_100": [c["gpu_alloc_pct"] if c else None for c in at100],
+    }
+
+
+def seeds_for(scenario: str, n: int) -> list[int]:
+    first = OPENB_FIRST_SEED if scenario in ("openb", "timeline") else SEED_FIRST_SEED
+    return list(range(first, first + n))
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2, sort_keys=True))

@@ -1,0 +1,107 @@
+"""The regional scheduler's scheduling cycle, read as its stages (Karmada's ``Schedule``):
+
+filter (hard constraints) → score (the policy, on feasible nodes only) → select (highest score)
+→ assign (GPU devices).
+
+Ties go to the first node in node order. kube-scheduler's ``selectHost`` samples ties at random,
+but the FGD paper's numbers are only reproduced with first-in-order ties (we measured FGD on
+``default`` seed 42 at 90.2 % GPU allocation with random ties against the paper's 95.1 %, and
+95.3 % with first ties; see ``docs/benchmarks.md``). A policy may ask for random ties by setting
+``tie_break = "random"``. Each stage is timed and
+its errors are wrapped with the stage's name. The policy never sees an infeasible node, so no
+policy — learned or not — can break a hard constraint.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from meridian.cluster_state import ClusterState, Placement
+from meridian.model import Pod
+from regional_scheduler.filters import Diagnosis, run_filters
+from regional_scheduler.policies.base import ScorePolicy
+
+
+class StageError(RuntimeError):
+    def __init__(self, stage: str, pod: str, cause: BaseException) -> None:
+        super().__init__(f"{stage} failed for pod {pod}: {cause}")
+        self.stage = stage
+
+
+@dataclass
+class Decision:
+    pod: str
+    placement: Placement | None
+    diagnosis: Diagnosis | None = None
+    stage_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def node(self) -> int | None:
+        return None if self.placement is None else self.placement.node
+
+
+def select_best(scores: np.ndarray, rng: np.random.Generator | None = None) -> int:
+    """Index of a highest score: the first one, or uniformly among ties when ``rng`` is given."""
+    if rng is None:
+        return int(np.argmax(scores))
+    best = np.flatnonzero(scores == scores.max())
+    return int(best[0]) if best.size == 1 else int(best[rng.integers(best.size)])
+
+
+class Scheduler:
+    def __init__(self, policy: ScorePolicy, *, seed: int = 0) -> None:
+        self.policy = policy
+        self.rng = np.random.default_rng(seed)
+        self.random_ties = getattr(policy, "tie_break", "first") == "random"
+
+    @property
+    def name(self) -> str:
+        return self.policy.name
+
+    def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
+        prepare = getattr(self.policy, "prepare", None)
+        if prepare is not None:
+            prepare(state, workload)
+
+    def schedule(self, state: ClusterState, pod: Pod) -> Decision:
+        decision = Decision(pod=pod.name, placement=None)
+        t0 = time.perf_counter()
+        try:
+            mask, diagnosis = run_filters(state, pod)
+        except Exception as exc:
+            raise StageError("filter", pod.name, exc) from exc
+        t1 = time.perf_counter()
+        decision.stage_ms["filter"] = (t1 - t0) * 1e3
+        nodes = np.flatnonzero(mask)
+        if nodes.size == 0:
+            decision.diagnosis = diagnosis
+            return decision
+        try:
+            result = self.policy.score(state, pod, nodes)
+        except Exception as exc:
+            raise StageError("score", pod.name, exc) from exc
+        t2 = time.perf_counter()
+        decision.stage_ms["score"] = (t2 - t1) * 1e3
+        pick = select_best(result.scores, self.rng if self.random_ties else None)
+        node = int(nodes[pick])
+        t3 = time.perf_counter()
+        decision.stage_ms["select"] = (t3 - t2) * 1e3
+        try:
+            device = None if result.devices is None else int(result.devices[pick])
+            if device is not None and device >= 0 and pod.requests.gpu_milli:
+                placement = Placement(node, (device,), pod.requests.gpu_milli)
+            else:
+                placement = state.choose_devices(node, pod)
+        except Exception as exc:
+            raise StageError("assign", pod.name, exc) from exc
+        decision.stage_ms["assign"] = (time.perf_counter() - t3) * 1e3
+        decision.placement = placement
+        return decision
+
+    def place(self, state: ClusterState, pod: Pod) -> Placement | None:
+        """The simulator's hook: decide and return the placement (the simulator allocates)."""
+        return self.schedule(state, pod).placement
