@@ -43,22 +43,6 @@ class ResourceVector(_message.Message):
     gpu_milli: int
     def __init__(self, milli_cpu: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., gpu: _Optional[int] = ..., gpu_milli: _Optional[int] = ...) -> None: ...
 
-class GpuDeviceTelemetry(_message.Message):
-    __slots__ = ("index", "free_milli", "utilisation", "power_watts", "memory_used_bytes", "memory_total_bytes")
-    INDEX_FIELD_NUMBER: _ClassVar[int]
-    FREE_MILLI_FIELD_NUMBER: _ClassVar[int]
-    UTILISATION_FIELD_NUMBER: _ClassVar[int]
-    POWER_WATTS_FIELD_NUMBER: _ClassVar[int]
-    MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
-    MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
-    index: int
-    free_milli: int
-    utilisation: float
-    power_watts: float
-    memory_used_bytes: int
-    memory_total_bytes: int
-    def __init__(self, index: _Optional[int] = ..., free_milli: _Optional[int] = ..., utilisation: _Optional[float] = ..., power_watts: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ...) -> None: ...
-
 class Taint(_message.Message):
     __slots__ = ("key", "value", "effect")
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -70,7 +54,7 @@ class Taint(_message.Message):
     def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ..., effect: _Optional[str] = ...) -> None: ...
 
 class NodeTelemetry(_message.Message):
-    __slots__ = ("cluster", "region", "node", "sequence", "boot_id", "observed_unix_ms", "sent_unix_ms", "capacity", "allocatable", "requested", "used", "gpus", "gpu_model", "power_watts", "power_source", "energy_joules", "carbon_g_per_kwh", "carbon_source", "pue", "unschedulable", "labels_included", "labels", "taints")
+    __slots__ = ("cluster", "region", "node", "sequence", "observed_unix_ms", "sent_unix_ms", "capacity_milli_cpu", "capacity_memory_bytes", "capacity_gpu", "allocatable_milli_cpu", "allocatable_memory_bytes", "allocatable_gpu", "requested_milli_cpu", "requested_memory_bytes", "used_milli_cpu", "used_memory_bytes", "power_watts", "power_source", "energy_joules", "carbon_g_per_kwh", "carbon_source", "pue", "gpu_model", "gpu_free_milli", "gpu_utilisation", "gpu_power_watts", "unschedulable", "boot_id", "labels_included", "labels", "taints")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -82,22 +66,30 @@ class NodeTelemetry(_message.Message):
     REGION_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
-    BOOT_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     SENT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
-    CAPACITY_FIELD_NUMBER: _ClassVar[int]
-    ALLOCATABLE_FIELD_NUMBER: _ClassVar[int]
-    REQUESTED_FIELD_NUMBER: _ClassVar[int]
-    USED_FIELD_NUMBER: _ClassVar[int]
-    GPUS_FIELD_NUMBER: _ClassVar[int]
-    GPU_MODEL_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_MILLI_CPU_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_GPU_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATABLE_MILLI_CPU_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATABLE_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATABLE_GPU_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_MILLI_CPU_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    USED_MILLI_CPU_FIELD_NUMBER: _ClassVar[int]
+    USED_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     POWER_WATTS_FIELD_NUMBER: _ClassVar[int]
     POWER_SOURCE_FIELD_NUMBER: _ClassVar[int]
     ENERGY_JOULES_FIELD_NUMBER: _ClassVar[int]
     CARBON_G_PER_KWH_FIELD_NUMBER: _ClassVar[int]
     CARBON_SOURCE_FIELD_NUMBER: _ClassVar[int]
     PUE_FIELD_NUMBER: _ClassVar[int]
+    GPU_MODEL_FIELD_NUMBER: _ClassVar[int]
+    GPU_FREE_MILLI_FIELD_NUMBER: _ClassVar[int]
+    GPU_UTILISATION_FIELD_NUMBER: _ClassVar[int]
+    GPU_POWER_WATTS_FIELD_NUMBER: _ClassVar[int]
     UNSCHEDULABLE_FIELD_NUMBER: _ClassVar[int]
+    BOOT_ID_FIELD_NUMBER: _ClassVar[int]
     LABELS_INCLUDED_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     TAINTS_FIELD_NUMBER: _ClassVar[int]
@@ -105,26 +97,34 @@ class NodeTelemetry(_message.Message):
     region: str
     node: str
     sequence: int
-    boot_id: str
     observed_unix_ms: int
     sent_unix_ms: int
-    capacity: ResourceVector
-    allocatable: ResourceVector
-    requested: ResourceVector
-    used: ResourceVector
-    gpus: _containers.RepeatedCompositeFieldContainer[GpuDeviceTelemetry]
-    gpu_model: str
+    capacity_milli_cpu: int
+    capacity_memory_bytes: int
+    capacity_gpu: int
+    allocatable_milli_cpu: int
+    allocatable_memory_bytes: int
+    allocatable_gpu: int
+    requested_milli_cpu: int
+    requested_memory_bytes: int
+    used_milli_cpu: float
+    used_memory_bytes: float
     power_watts: float
     power_source: PowerSource
     energy_joules: float
     carbon_g_per_kwh: float
     carbon_source: CarbonSource
     pue: float
+    gpu_model: str
+    gpu_free_milli: _containers.RepeatedScalarFieldContainer[int]
+    gpu_utilisation: _containers.RepeatedScalarFieldContainer[float]
+    gpu_power_watts: _containers.RepeatedScalarFieldContainer[float]
     unschedulable: bool
+    boot_id: str
     labels_included: bool
     labels: _containers.ScalarMap[str, str]
     taints: _containers.RepeatedCompositeFieldContainer[Taint]
-    def __init__(self, cluster: _Optional[str] = ..., region: _Optional[str] = ..., node: _Optional[str] = ..., sequence: _Optional[int] = ..., boot_id: _Optional[str] = ..., observed_unix_ms: _Optional[int] = ..., sent_unix_ms: _Optional[int] = ..., capacity: _Optional[_Union[ResourceVector, _Mapping]] = ..., allocatable: _Optional[_Union[ResourceVector, _Mapping]] = ..., requested: _Optional[_Union[ResourceVector, _Mapping]] = ..., used: _Optional[_Union[ResourceVector, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[GpuDeviceTelemetry, _Mapping]]] = ..., gpu_model: _Optional[str] = ..., power_watts: _Optional[float] = ..., power_source: _Optional[_Union[PowerSource, str]] = ..., energy_joules: _Optional[float] = ..., carbon_g_per_kwh: _Optional[float] = ..., carbon_source: _Optional[_Union[CarbonSource, str]] = ..., pue: _Optional[float] = ..., unschedulable: _Optional[bool] = ..., labels_included: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., taints: _Optional[_Iterable[_Union[Taint, _Mapping]]] = ...) -> None: ...
+    def __init__(self, cluster: _Optional[str] = ..., region: _Optional[str] = ..., node: _Optional[str] = ..., sequence: _Optional[int] = ..., observed_unix_ms: _Optional[int] = ..., sent_unix_ms: _Optional[int] = ..., capacity_milli_cpu: _Optional[int] = ..., capacity_memory_bytes: _Optional[int] = ..., capacity_gpu: _Optional[int] = ..., allocatable_milli_cpu: _Optional[int] = ..., allocatable_memory_bytes: _Optional[int] = ..., allocatable_gpu: _Optional[int] = ..., requested_milli_cpu: _Optional[int] = ..., requested_memory_bytes: _Optional[int] = ..., used_milli_cpu: _Optional[float] = ..., used_memory_bytes: _Optional[float] = ..., power_watts: _Optional[float] = ..., power_source: _Optional[_Union[PowerSource, str]] = ..., energy_joules: _Optional[float] = ..., carbon_g_per_kwh: _Optional[float] = ..., carbon_source: _Optional[_Union[CarbonSource, str]] = ..., pue: _Optional[float] = ..., gpu_model: _Optional[str] = ..., gpu_free_milli: _Optional[_Iterable[int]] = ..., gpu_utilisation: _Optional[_Iterable[float]] = ..., gpu_power_watts: _Optional[_Iterable[float]] = ..., unschedulable: _Optional[bool] = ..., boot_id: _Optional[str] = ..., labels_included: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., taints: _Optional[_Iterable[_Union[Taint, _Mapping]]] = ...) -> None: ...
 
 class ClusterSummary(_message.Message):
     __slots__ = ("cluster", "region", "sequence", "generated_unix_ms", "nodes_total", "nodes_schedulable", "nodes_stale", "allocatable", "requested", "free", "used", "gpu_free_milli", "gpu_devices_idle", "max_node_free_milli_cpu", "max_node_free_memory_bytes", "fragmentation_score", "power_watts", "energy_joules", "carbon_g_per_kwh", "carbon_g_per_s", "pue", "reports_applied")

@@ -193,6 +193,14 @@ class RedisStreamBus:
     def ack(self, stream: str, group: str, entry_ids: Sequence[str]) -> int:
         if not entry_ids:
             return 0
+        if self._reader is not None:
+            with self._reader_lock:
+                try:
+                    return self._reader.xack(self._key(stream), group, list(entry_ids))
+                except RespError as exc:
+                    raise BusError(str(exc)) from exc
+                except (OSError, ConnectionError, ValueError) as exc:
+                    raise BusUnavailableError(f"redis at {self.url}: {exc}") from exc
         try:
             return int(self._call("XACK", self._key(stream), group, *entry_ids))
         except redis.exceptions.ResponseError as exc:

@@ -178,3 +178,20 @@ class RespSocket:
         except BaseException:
             self.close()
             raise
+
+    def xack(self, key: bytes, group: str, entry_ids: list[str]) -> int:
+        """Acknowledge many entries in one command; returns how many were pending."""
+        sock = self._sock or self._connect()
+        head = self.pack("XACK", key, group)
+        ids = b"".join([b"$%d\r\n%s\r\n" % (len(i), i.encode()) for i in entry_ids])
+        try:
+            sock.sendall(b"*%d%s%s" % (3 + len(entry_ids), head[head.index(b"\r\n"):], ids))
+            reply = self._reply()
+            if self._pos >= len(self._buf):
+                self._buf, self._pos = b"", 0
+            return int(reply)
+        except RespError:
+            raise
+        except BaseException:
+            self.close()
+            raise
