@@ -72,9 +72,11 @@ def naming_problems(name: str, kind: str, labelnames: Sequence[str] = ()) -> lis
     for word in words:
         if word in FORBIDDEN_UNIT_WORDS:
             problems.append(f"{name}: use the base unit {FORBIDDEN_UNIT_WORDS[word]!r}, not {word!r}")
-    for quantity, unit in QUANTITY_UNITS.items():
-        if quantity in words and unit not in words:
-            problems.append(f"{name}: a {quantity} metric must carry its unit suffix _{unit}")
+    # A quantity needs a unit; the unit need not be the quantity's own (energy_cost_euros is money).
+    if not any(w in BASE_UNITS for w in words):
+        for quantity, unit in QUANTITY_UNITS.items():
+            if quantity in words:
+                problems.append(f"{name}: a {quantity} metric must carry its unit suffix _{unit}")
     for label in labelnames:
         if not _LABEL_RE.match(label):
             problems.append(f"{name}: label {label!r} must be snake_case")

@@ -1,0 +1,75 @@
+"""Metric naming conventions (for every meridian_* metric registered), and the /metrics server."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+from prometheus_client import REGISTRY, CollectorRegistry
+
+import global_scheduler.accounting.consumer  # noqa: F401  (registers what the consumer uses)
+from meridian import observability
+
+
+@pytest.mark.parametrize(("name", "kind", "labels", "problem"), [
+    pytest.param("meridian_region_energy_joules_total", "counter", ["region"], None, id="good-counter"),
+    pytest.param("meridian_decision_latency_seconds", "histogram", ["policy"], None, id="good-histogram"),
+    pytest.param("meridian_cluster_power_watts", "gauge", ["cluster"], None, id="good-gauge"),
+    pytest.param("meridian_region_energy_joules", "counter", [], "must end in _total", id="counter-no-total"),
+    pytest.param("meridian_stream_lag_total", "gauge", [], "only counters", id="gauge-with-total"),
+    pytest.param("meridian_decision_latency_ms", "histogram", [], "base unit 'seconds'", id="milliseconds"),
+    pytest.param("meridian_region_energy_kwh_total", "counter", [], "base unit 'joules'", id="kwh"),
+    pytest.param("meridian_region_carbon_total", "counter", [], "unit suffix _grams", id="carbon-no-unit"),
+    pytest.param("scheduler_placements_total", "counter", [], "meridian_", id="no-prefix"),
+    pytest.param("meridian_placements_total", "counter", ["Cluster"], "snake_case", id="label-case"),
+    pytest.param("meridian_placements_total", "counter", ["le"], "reserved", id="label-reserved"),
+])
+def test_naming_problems(name, kind, labels, problem):
+    got = observability.naming_problems(name, kind, labels)
+    if problem is None:
+        assert got == []
+    else:
+        assert any(problem in p for p in got), got
+
+
+def test_every_registered_meridian_metric_follows_the_conventions():
+    problems = []
+    seen = 0
+    for family in REGISTRY.collect():
+        if not family.name.startswith("meridian_"):
+            continue
+        seen += 1
+        exposed = family.name + "_total" if family.type == "counter" else family.name
+        labels = sorted({k for s in family.samples for k in s.labels if k not in ("le", "quantile")})
+        problems += observability.naming_problems(exposed, family.type, labels)
+    assert seen >= 10
+    assert problems == []
+
+
+def test_declarations_are_shared_and_conflicts_raise():
+    registry = CollectorRegistry()
+    a = observability.counter("meridian_test_things_total", "doc", ["kind"], registry=registry)
+    assert observability.counter("meridian_test_things_total", "doc", ["kind"], registry=registry) is a
+    with pytest.raises(ValueError, match="already declared"):
+        observability.gauge("meridian_test_things_total", "doc", ["kind"], registry=registry)
+    with pytest.raises(ValueError, match="already declared"):
+        observability.counter("meridian_test_things_total", "doc", ["other"], registry=registry)
+
+
+def test_metrics_server_serves_energy_counters():
+    observability.record_region_energy("test-region", it_energy_joules=3600.0, facility_energy_joules=4320.0,
+                                       carbon_grams=0.5, cost=-0.01)
+    server = observability.start_metrics_server(observability.MetricsSettings(port=0, address="127.0.0.1"))
+    assert server is not None
+    try:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10).read().decode()
+    finally:
+        server.shutdown()
+    assert 'meridian_region_energy_joules_total{region="test-region"}' in body
+    assert 'meridian_region_carbon_grams_total{region="test-region"}' in body
+    # cost is a gauge because negative prices make it fall
+    assert "# TYPE meridian_region_energy_cost_euros gauge" in body
+
+
+def test_metrics_server_disabled():
+    assert observability.start_metrics_server(observability.MetricsSettings(enabled=False)) is None
