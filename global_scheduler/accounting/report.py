@@ -165,11 +165,11 @@ def _validate(source: AccountingSource, q: ReportQuery) -> tuple[float, float, s
         res = source.resolution_s
         if q.bucket_seconds <= 0:
             raise ReportArgumentError("--bucket", "must be positive")
-        if res > 0 and not math.isclose(q.bucket_seconds / res, round(q.bucket_seconds / res)):
-            raise ReportArgumentError("--bucket", f"{q.bucket_seconds} s is not a multiple of the source's "
-                                      f"resolution of {res:g} s")
         if res > 0 and q.bucket_seconds < res:
             raise ReportArgumentError("--bucket", f"{q.bucket_seconds} s is finer than the source's "
+                                      f"resolution of {res:g} s")
+        if res > 0 and not math.isclose(q.bucket_seconds / res, round(q.bucket_seconds / res)):
+            raise ReportArgumentError("--bucket", f"{q.bucket_seconds} s is not a multiple of the source's "
                                       f"resolution of {res:g} s")
     policies = source.policies()
     policy = q.policy or source.primary_policy
