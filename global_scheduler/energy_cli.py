@@ -145,9 +145,10 @@ def register(cli: CliRoot) -> None:
                 report = fetch_report(target, query, token=token)
                 if plot is not None:
                     span_s = (report.until - report.since).total_seconds()
+                    res_s = max(report.resolution_seconds, 1.0)
                     series = fetch_report(target, query.model_copy(update={
                         "group_by": "region", "counterfactual": None, "policy": None,
-                        "bucket_seconds": max(60, int(span_s / PLOT_POINTS) // 60 * 60)}), token=token)
+                        "bucket_seconds": int(res_s * max(1, int(span_s / PLOT_POINTS / res_s)))}), token=token)
                     plot_from_buckets(series, report, plot)
         except ReportArgumentError as exc:
             raise typer.BadParameter(str(exc).split(": ", 1)[1], param_hint=exc.argument) from None

@@ -120,7 +120,7 @@ class Counterfactual(_message.Message):
     def __init__(self, policy: _Optional[str] = ..., totals: _Optional[_Union[EnergyTotals, _Mapping]] = ..., carbon_saved_kg: _Optional[float] = ..., carbon_saved_ratio: _Optional[float] = ...) -> None: ...
 
 class EnergyReport(_message.Message):
-    __slots__ = ("source", "policy", "group_by", "currency", "since", "until", "bucket_seconds", "regions", "groups", "totals", "buckets", "counterfactual", "notes")
+    __slots__ = ("source", "policy", "group_by", "currency", "since", "until", "bucket_seconds", "regions", "groups", "totals", "buckets", "counterfactual", "notes", "resolution_seconds")
     class RegionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -148,6 +148,7 @@ class EnergyReport(_message.Message):
     BUCKETS_FIELD_NUMBER: _ClassVar[int]
     COUNTERFACTUAL_FIELD_NUMBER: _ClassVar[int]
     NOTES_FIELD_NUMBER: _ClassVar[int]
+    RESOLUTION_SECONDS_FIELD_NUMBER: _ClassVar[int]
     source: str
     policy: str
     group_by: str
@@ -161,4 +162,5 @@ class EnergyReport(_message.Message):
     buckets: _containers.RepeatedCompositeFieldContainer[EnergyBucket]
     counterfactual: Counterfactual
     notes: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, source: _Optional[str] = ..., policy: _Optional[str] = ..., group_by: _Optional[str] = ..., currency: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., bucket_seconds: _Optional[int] = ..., regions: _Optional[_Mapping[str, EnergyTotals]] = ..., groups: _Optional[_Mapping[str, EnergyTotals]] = ..., totals: _Optional[_Union[EnergyTotals, _Mapping]] = ..., buckets: _Optional[_Iterable[_Union[EnergyBucket, _Mapping]]] = ..., counterfactual: _Optional[_Union[Counterfactual, _Mapping]] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
+    resolution_seconds: float
+    def __init__(self, source: _Optional[str] = ..., policy: _Optional[str] = ..., group_by: _Optional[str] = ..., currency: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., bucket_seconds: _Optional[int] = ..., regions: _Optional[_Mapping[str, EnergyTotals]] = ..., groups: _Optional[_Mapping[str, EnergyTotals]] = ..., totals: _Optional[_Union[EnergyTotals, _Mapping]] = ..., buckets: _Optional[_Iterable[_Union[EnergyBucket, _Mapping]]] = ..., counterfactual: _Optional[_Union[Counterfactual, _Mapping]] = ..., notes: _Optional[_Iterable[str]] = ..., resolution_seconds: _Optional[float] = ...) -> None: ...

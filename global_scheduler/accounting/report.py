@@ -108,6 +108,7 @@ class EnergyReport(BaseModel):
     since: datetime
     until: datetime
     bucket_seconds: int | None = None
+    resolution_seconds: float = Field(0.0, description="The source's finest time bucket (a run's step).")
     buckets: list[EnergyBucket] = Field(default_factory=list)
     counterfactual: Counterfactual | None = None
     notes: list[str] = Field(default_factory=list)
@@ -231,7 +232,7 @@ def build_report(source: AccountingSource, query: ReportQuery | None = None) -> 
         regions=_grouped(table, "region", duration_s), totals=totals, group_by=q.group_by,
         groups=_grouped(table, q.group_by, duration_s), source=source.name, policy=policy,
         currency=source.currency, since=from_unix_s(since_s), until=from_unix_s(until_s),
-        bucket_seconds=q.bucket_seconds, buckets=buckets, counterfactual=cf_model, notes=notes)
+        bucket_seconds=q.bucket_seconds, resolution_seconds=source.resolution_s, buckets=buckets, counterfactual=cf_model, notes=notes)
 
 
 # ---- rendering ------------------------------------------------------------------------------------

@@ -89,7 +89,7 @@ def report_to_proto(r: EnergyReport) -> energy_pb2.EnergyReport:
     msg = energy_pb2.EnergyReport(
         source=r.source, policy=r.policy, group_by=r.group_by, currency=r.currency, since=_ts(r.since),
         until=_ts(r.until), bucket_seconds=r.bucket_seconds or 0, totals=_totals_to_proto(r.totals),
-        notes=r.notes,
+        notes=r.notes, resolution_seconds=r.resolution_seconds,
         buckets=[energy_pb2.EnergyBucket(start=_ts(b.start), end=_ts(b.end), key=b.key,
                                          totals=_totals_to_proto(b.totals)) for b in r.buckets])
     for k, t in r.regions.items():
@@ -111,6 +111,7 @@ def report_from_proto(m: energy_pb2.EnergyReport) -> EnergyReport:
         groups={k: _totals_from_proto(v) for k, v in sorted(m.groups.items())}, source=m.source,
         policy=m.policy, currency=m.currency, since=m.since.ToDatetime(tzinfo=UTC),
         until=m.until.ToDatetime(tzinfo=UTC), bucket_seconds=m.bucket_seconds or None,
+        resolution_seconds=m.resolution_seconds,
         buckets=[EnergyBucket(start=b.start.ToDatetime(tzinfo=UTC), end=b.end.ToDatetime(tzinfo=UTC), key=b.key,
                               totals=_totals_from_proto(b.totals)) for b in m.buckets],
         counterfactual=Counterfactual(policy=m.counterfactual.policy,

@@ -1,0 +1,180 @@
+"""The Redis ledger and its stream consumer on real Redis: once per record, across consumer restarts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import redis
+
+from global_scheduler.accounting.consumer import (
+    ACCOUNTING_GROUP,
+    ENERGY_STREAM,
+    AccountingConsumer,
+    publish_records,
+    summary_interval_record,
+)
+from global_scheduler.accounting.ledger import LedgerError, RedisLedger
+from global_scheduler.accounting.report import build_report
+from meridian.bus import open_bus
+from protos import energy_pb2, telemetry_pb2
+
+T0_S = (int(time.time()) // 3600 - 24) * 3600  # a day ago, on an hour: inside the retention
+
+
+def _record(i: int, *, cluster: str = "c1", region: str = "r1", seconds: int = 30, joules: float = 3000.0,
+            intensity: float = 100.0, price: float = 50.0) -> energy_pb2.EnergyRecord:
+    start_ms = (T0_S + i * seconds) * 1000
+    return energy_pb2.EnergyRecord(
+        record_id=f"{cluster}:boot:{i}", region=region, cluster=cluster, start_unix_ms=start_ms,
+        end_unix_ms=start_ms + seconds * 1000, it_energy_joules=joules, pue=1.2, carbon_g_per_kwh=intensity,
+        price_per_mwh=price, shares=[energy_pb2.EnergyShare(tenant="t", workload="w", it_energy_joules=joules / 3)])
+
+
+def _records(n: int) -> list[energy_pb2.EnergyRecord]:
+    rng = np.random.default_rng(3)
+    return [_record(i, cluster=f"c{i % 3}", region=f"r{i % 2}", joules=float(rng.uniform(100, 9000)),
+                    intensity=float(rng.uniform(5, 500))) for i in range(n)]
+
+
+def _expected_carbon_kg(records: list[energy_pb2.EnergyRecord]) -> float:
+    return sum(r.it_energy_joules * r.pue / 3.6e6 * r.carbon_g_per_kwh for r in records) / 1000
+
+
+@pytest.fixture
+def client(redis_url):
+    c = redis.Redis.from_url(redis_url)
+    yield c
+    c.close()
+
+
+def test_apply_once_and_split_across_buckets(client, key_prefix):
+    ledger = RedisLedger(client, prefix=f"{key_prefix}meridian:", bucket_s=60)
+    # 90 s from T0+30: 30 s in the first minute, 60 s in the second → 1/3 and 2/3 of 9000 J
+    rec = energy_pb2.EnergyRecord(record_id="x", region="r", cluster="c", start_unix_ms=(T0_S + 30) * 1000,
+                                  end_unix_ms=(T0_S + 120) * 1000, it_energy_joules=9000.0, pue=1.0,
+                                  carbon_g_per_kwh=360.0, price_per_mwh=100.0)
+    assert ledger.apply(rec) is True
+    assert ledger.apply(rec) is False  # redelivery: nothing added
+    table = ledger.table()
+    np.testing.assert_allclose(sorted(table.it_energy_joules), [3000.0, 6000.0])
+    report = build_report(ledger)
+    assert report.totals.carbon_kg == pytest.approx(9000 / 3.6e6 * 360 / 1000)
+    assert report.totals.cost == pytest.approx(9000 / 3.6e9 * 100)
+    assert ledger.regions() == ["r"] and ledger.clusters() == ["c"]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    pytest.param({"record_id": ""}, "record_id", id="no-id"),
+    pytest.param({"end_unix_ms": 0}, "not after", id="empty-interval"),
+    pytest.param({"cluster": "a|b"}, "free of", id="separator-in-name"),
+    pytest.param({"pue": 0.5}, "below 1", id="pue-below-one"),
+    pytest.param({"it_energy_joules": 100.0}, "exceed", id="shares-exceed-energy"),
+    pytest.param({"start_unix_ms": 1000, "end_unix_ms": 2000}, "retention", id="older-than-retention"),
+])
+def test_ledger_refuses_bad_records(client, key_prefix, change, message):
+    ledger = RedisLedger(client, prefix=f"{key_prefix}meridian:")
+    rec = _record(0)
+    for k, v in change.items():
+        setattr(rec, k, v)
+    with pytest.raises(LedgerError, match=message):
+        ledger.apply(rec)
+
+
+def test_bucket_size_is_fixed_by_the_first_user(client, key_prefix):
+    RedisLedger(client, prefix=f"{key_prefix}meridian:", bucket_s=60)
+    with pytest.raises(ValueError, match="uses 60 s buckets"):
+        RedisLedger(client, prefix=f"{key_prefix}meridian:", bucket_s=300)
+
+
+def test_consumer_dead_before_apply_loses_nothing(client, redis_url, key_prefix):
+    bus = open_bus(redis_url, key_prefix=key_prefix)
+    ledger = RedisLedger(client, prefix=f"{key_prefix}meridian:")
+    records = _records(60)
+    publish_records(bus, records)
+    publish_records(bus, records[:5])           # a producer retry: same record ids again
+    bus.publish(ENERGY_STREAM, b"\x08\xff\xff")  # garbage
+    dead = AccountingConsumer(bus=bus, ledger=ledger, consumer="dead", batch=20)
+    taken = bus.read_group(ENERGY_STREAM, ACCOUNTING_GROUP, "dead", count=20)  # read, then "crash"
+    assert len(taken) == 20
+    # and one that applied without acknowledging (killed between the two steps)
+    dead.ledger.apply(energy_pb2.EnergyRecord.FromString(taken[0].payload))
+    survivor = AccountingConsumer(bus=bus, ledger=ledger, consumer="survivor", batch=50, claim_idle_ms=0)
+    totals = [0, 0, 0]
+    for _ in range(10):
+        stats = survivor.poll_once(block=False)
+        totals = [totals[0] + stats.applied, totals[1] + stats.duplicates, totals[2] + stats.dead_lettered]
+        if stats.seen == 0:
+            break
+    assert totals == [59, 6, 1]  # 60 records, one already applied by the dead one; 5 retries; 1 garbage
+    assert bus.pending(ENERGY_STREAM, ACCOUNTING_GROUP) == 0
+    assert bus.length(ENERGY_STREAM + ":dead") == 1
+    assert build_report(ledger).totals.carbon_kg == pytest.approx(_expected_carbon_kg(records), rel=1e-9)
+
+
+def _spawn(redis_url: str, key_prefix: str, name: str, throttle_s: float) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "global_scheduler.accounting.consumer", "--redis-url", redis_url, "--key-prefix",
+         key_prefix, "--consumer", name, "--batch", "25", "--claim-idle-ms", "0", "--throttle-s", str(throttle_s)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+
+
+def _wait(predicate, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_killed_consumer_process_restarts_without_loss_or_double_count(redis_server):
+    """SIGKILL a consumer process mid-run, start another: totals equal the records sent, exactly."""
+    url, prefix = redis_server.url, "kill:"
+    client = redis.Redis.from_url(url)
+    bus = open_bus(url, key_prefix=prefix)
+    records = _records(300)
+    publish_records(bus, records)
+    ledger = RedisLedger(client, prefix=f"{prefix}meridian:")
+    first = _spawn(url, prefix, "first", throttle_s=0.005)
+    applied = lambda: sum(client.scard(k) for k in client.scan_iter(f"{prefix}meridian:energy:applied:*"))  # noqa: E731
+    try:
+        assert _wait(lambda: applied() >= 50), "the first consumer applied nothing"
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+    assert applied() < len(records), "the kill came too late to test anything"
+    second = _spawn(url, prefix, "second", throttle_s=0.0)
+    try:
+        assert _wait(lambda: applied() == len(records) and bus.pending(ENERGY_STREAM, ACCOUNTING_GROUP) == 0)
+    finally:
+        second.terminate()
+        second.wait(timeout=10)
+    report = build_report(ledger)
+    assert report.totals.energy_kwh == pytest.approx(sum(r.it_energy_joules for r in records) / 3.6e6, rel=1e-9)
+    assert report.totals.carbon_kg == pytest.approx(_expected_carbon_kg(records), rel=1e-9)
+    client.close()
+
+
+def _summary(seq: int, t_ms: int, energy_j: float, power_w: float) -> telemetry_pb2.ClusterSummary:
+    return telemetry_pb2.ClusterSummary(cluster="c", region="r", sequence=seq, generated_unix_ms=t_ms,
+                                        energy_joules=energy_j, power_watts=power_w, carbon_g_per_kwh=200.0,
+                                        pue=1.2)
+
+
+@pytest.mark.parametrize(("prev", "cur", "it_joules", "unknown_s"), [
+    pytest.param((1, 0, 1000.0, 100.0), (2, 10_000, 2000.0, 100.0), 1000.0, 0.0, id="counter-delta"),
+    # the summed counter fell (an agent restarted): trapezoid of the power readings, (100+300)/2·10
+    pytest.param((1, 0, 5000.0, 100.0), (2, 10_000, 200.0, 300.0), 2000.0, 0.0, id="counter-reset"),
+    pytest.param((1, 0, 0.0, 100.0), (2, 600_000, 60_000.0, 100.0), 0.0, 600.0, id="gap"),
+])
+def test_summary_interval_record(prev, cur, it_joules, unknown_s):
+    rec = summary_interval_record(_summary(*prev), _summary(*cur), price_per_mwh=40.0)
+    assert rec.it_energy_joules == pytest.approx(it_joules)
+    assert rec.unknown_seconds == pytest.approx(unknown_s)
+    assert (rec.start_unix_ms, rec.end_unix_ms) == (prev[1], cur[1])
