@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import re
 import urllib.request
+from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client import REGISTRY, CollectorRegistry
 
 import global_scheduler.accounting.consumer  # noqa: F401  (registers what the consumer uses)
@@ -73,3 +77,31 @@ def test_metrics_server_serves_energy_counters():
 
 def test_metrics_server_disabled():
     assert observability.start_metrics_server(observability.MetricsSettings(enabled=False)) is None
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _exposed_names() -> set[str]:
+    names: set[str] = set()
+    for family in REGISTRY.collect():
+        if family.type == "counter":
+            names.add(family.name + "_total")
+        elif family.type == "histogram":
+            names |= {family.name + s for s in ("_bucket", "_sum", "_count")}
+        else:
+            names.add(family.name)
+    return names
+
+
+def test_grafana_dashboard_queries_only_defined_metrics_and_configmap_matches():
+    raw = (REPO / "deploy" / "grafana" / "meridian-dashboard.json").read_text()
+    dashboard = json.loads(raw)
+    configmap = yaml.safe_load((REPO / "deploy" / "grafana-dashboard.yaml").read_text())
+    assert json.loads(configmap["data"]["meridian-dashboard.json"]) == dashboard
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {m for e in exprs for m in re.findall(r"\bmeridian_[a-z0-9_]+", e)}
+    assert used, "the dashboard queries nothing"
+    assert used <= _exposed_names(), sorted(used - _exposed_names())
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
