@@ -41,6 +41,8 @@ def parse(value: str | int | float | Decimal, *, field: str = "quantity") -> Dec
     text = str(value).strip() if not isinstance(value, str) else value.strip()
     if not text:
         raise QuantityError(field, value, "empty")
+    if any(ch.isspace() for ch in text):
+        raise QuantityError(field, value, "whitespace inside a quantity")
     if text.lower() in {"nan", "inf", "+inf", "-inf", "infinity"}:
         raise QuantityError(field, value, "not a finite number")
     try:

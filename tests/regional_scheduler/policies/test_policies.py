@@ -1,0 +1,66 @@
+import numpy as np
+import pytest
+
+from meridian.cluster_state import ClusterState
+from meridian.model import GIB, Node, Pod, Resources
+from meridian.simulator import run_arrivals
+from regional_scheduler.framework import Scheduler
+from regional_scheduler.policies import resource_allocation
+from regional_scheduler.policies.registry import BASELINES, UnknownPolicyError, get_policy
+
+TWO_NODES = [Node(name=f"n{i}", capacity=Resources(milli_cpu=8000, memory_bytes=16 * GIB)) for i in range(2)]
+SEED_EXAMPLE = [
+    Pod(name="a", requests=Resources(milli_cpu=4000, memory_bytes=8 * GIB)),
+    Pod(name="b", requests=Resources(milli_cpu=4000, memory_bytes=8 * GIB)),
+    Pod(name="c", requests=Resources(milli_cpu=6000, memory_bytes=8 * GIB)),
+]
+
+
+@pytest.mark.parametrize(
+    ("policy", "failed"),
+    [pytest.param("least-allocated", 1, id="least-allocated-fails-third"),
+     pytest.param("best-fit", 0, id="best-fit-places-all")],
+)
+def test_seed_two_node_example(policy: str, failed: int) -> None:
+    result = run_arrivals(Scheduler(get_policy(policy)), TWO_NODES, SEED_EXAMPLE, workload=SEED_EXAMPLE,
+                          scenario="seed-example", seed=0)
+    assert result.n_failed == failed
+
+
+def test_least_allocated_arithmetic() -> None:
+    # Node 4000m / 8 GiB, 1000m / 2 GiB already requested, pod asks 1000m / 2 GiB:
+    # cpu (4000-2000)*100/4000 = 50, memory (8-4)*100/8 = 50 → (50+50)/2 = 50.
+    req = np.array([[2000], [4 * GIB]])
+    alloc = np.array([[4000], [8 * GIB]])
+    assert resource_allocation.least_allocated(req, alloc)[0] == 50
+    # most-allocated mirrors it: 2000*100/4000 = 50, 4*100/8 = 50 → 50
+    assert resource_allocation.most_allocated(req, alloc)[0] == 50
+    # balanced: fractions 0.5 and 0.5, std 0 → 100
+    assert resource_allocation.balanced_allocation(req, alloc)[0] == 100
+    # unbalanced: fractions 0.25 and 0.75 → std 0.25 → 75
+    assert resource_allocation.balanced_allocation(np.array([[1000], [6 * GIB]]), alloc)[0] == 75
+
+
+def test_requested_to_capacity_shape() -> None:
+    strategy = resource_allocation.requested_to_capacity_ratio([(0, 10), (100, 0)])  # spreading shape
+    # 50% used on both resources → score 5 on the 0–10 scale → 50
+    assert strategy(np.array([[2000], [4 * GIB]]), np.array([[4000], [8 * GIB]]))[0] == 50
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_every_baseline_scores_all_feasible_nodes_once(name: str) -> None:
+    nodes = [Node(name=f"g{i}", capacity=Resources(milli_cpu=32000, memory_bytes=64 * GIB, gpu=4), gpu_model="T4")
+             for i in range(5)]
+    state = ClusterState.from_nodes(nodes)
+    pods = [Pod(name=f"p{i}", requests=Resources(milli_cpu=2000, gpu_milli=300 if i % 2 else 0, gpu=0))
+            for i in range(6)]
+    scheduler = Scheduler(get_policy(name))
+    scheduler.prepare(state, pods)
+    result = scheduler.policy.score(state, pods[1], np.arange(5))
+    assert result.scores.shape == (5,)
+    assert np.isfinite(result.scores).all()
+
+
+def test_unknown_policy_is_a_clear_error() -> None:
+    with pytest.raises(UnknownPolicyError, match="known:"):
+        get_policy("best-fitt")
