@@ -20,6 +20,7 @@ constraint group and defeat the grouping of :class:`~meridian.cluster_state.Clus
 from __future__ import annotations
 
 import csv
+import time
 import uuid
 from pathlib import Path
 
@@ -57,7 +58,8 @@ def read_node_shapes(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarr
 class SimulatedFleet:
     def __init__(self, *, cluster: str, region: str, n_nodes: int, seed: int = 0,
                  node_list: str | Path | None = None, carbon: CarbonFeed | None = None,
-                 carbon_g_per_kwh: float = 300.0, pue: float = 1.2, labels_every: int = 30) -> None:
+                 carbon_g_per_kwh: float = 300.0, pue: float = 1.2, labels_every: int = 30,
+                 first_index: int = 0, start_sequence: int | None = None) -> None:
         if n_nodes <= 0:
             raise ValueError("a fleet needs at least one node")
         self.cluster, self.region, self.n_nodes = cluster, region, n_nodes
@@ -74,7 +76,7 @@ class SimulatedFleet:
             models = [s[3] for s in SYNTHETIC_SHAPES]
             weights = np.array([s[4] for s in SYNTHETIC_SHAPES])
             pick = rng.choice(len(cpu), n_nodes, p=weights / weights.sum())
-        self.names = [f"{cluster}-node-{i:06d}" for i in range(n_nodes)]
+        self.names = [f"{cluster}-node-{i:06d}" for i in range(first_index, first_index + n_nodes)]
         self.capacity_milli_cpu = cpu[pick]
         self.capacity_memory_bytes = mem[pick]
         self.gpu_count = np.minimum(gpus[pick], MAX_GPUS)
@@ -89,7 +91,11 @@ class SimulatedFleet:
         self.gpu_free_milli = np.where(self.gpu_exists, rng.choice([0, 250, 500, 1000], (n_nodes, MAX_GPUS)), 0)
         self.idle_watts, self.max_watts = host_coefficients(self.capacity_milli_cpu / 1000)
         self.gpu_idle_watts, self.gpu_max_watts = gpu_coefficients(self.gpu_model)
-        self.sequence = np.zeros(n_nodes, dtype=np.int64)
+        # Sequences start at unix_ms × 1000 so they keep increasing across restarts (one report per
+        # node per millisecond at most), as real agents do.
+        first_seq = int(time.time() * 1000) * 1000 if start_sequence is None else start_sequence
+        self.sequence = np.full(n_nodes, first_seq, dtype=np.int64)
+        self.first_sequence = first_seq
         self.energy_joules = np.zeros(n_nodes)
         self.power_watts = self._power()
         self.last_advance_s: float | None = None
@@ -165,6 +171,7 @@ class SimulatedFleet:
         carbon = self.intensity_now(now_s)
         now_ms = int(now_s * 1000)
         short, full, gpu, every = self._static_short, self._static_full, self._gpu_parts, self.labels_every
+        first = self.first_sequence
         m = pb.NodeTelemetry(observed_unix_ms=now_ms, sent_unix_ms=now_ms, carbon_g_per_kwh=carbon, pue=self.pue)
         out = []
         append = out.append
@@ -176,7 +183,7 @@ class SimulatedFleet:
             m.requested_memory_bytes = req_mem[k]
             m.power_watts = power[k]
             m.energy_joules = energy[k]
-            static = full[i] if seq[k] % every == 1 else short[i]
+            static = full[i] if (seq[k] - first) % every == 1 else short[i]
             append(static + gpu[i] + m.SerializeToString())
         return out
 

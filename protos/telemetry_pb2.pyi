@@ -54,7 +54,7 @@ class Taint(_message.Message):
     def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ..., effect: _Optional[str] = ...) -> None: ...
 
 class NodeTelemetry(_message.Message):
-    __slots__ = ("cluster", "region", "node", "sequence", "observed_unix_ms", "sent_unix_ms", "capacity_milli_cpu", "capacity_memory_bytes", "capacity_gpu", "allocatable_milli_cpu", "allocatable_memory_bytes", "allocatable_gpu", "requested_milli_cpu", "requested_memory_bytes", "used_milli_cpu", "used_memory_bytes", "power_watts", "power_source", "energy_joules", "carbon_g_per_kwh", "carbon_source", "pue", "gpu_model", "gpu_free_milli", "gpu_utilisation", "gpu_power_watts", "unschedulable", "boot_id", "labels_included", "labels", "taints")
+    __slots__ = ("cluster", "region", "node", "sequence", "observed_unix_ms", "sent_unix_ms", "capacity_milli_cpu", "capacity_memory_bytes", "capacity_gpu", "allocatable_milli_cpu", "allocatable_memory_bytes", "allocatable_gpu", "requested_milli_cpu", "requested_memory_bytes", "used_milli_cpu", "used_memory_bytes", "power_watts", "power_source", "energy_joules", "carbon_g_per_kwh", "carbon_source", "pue", "gpu_model", "gpu_free_milli", "gpu_utilisation", "gpu_power_watts", "unschedulable", "boot_id", "labels_included", "labels", "taints", "pods_used_milli_cpu", "pods_used_memory_bytes")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +93,8 @@ class NodeTelemetry(_message.Message):
     LABELS_INCLUDED_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     TAINTS_FIELD_NUMBER: _ClassVar[int]
+    PODS_USED_MILLI_CPU_FIELD_NUMBER: _ClassVar[int]
+    PODS_USED_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     region: str
     node: str
@@ -124,7 +126,9 @@ class NodeTelemetry(_message.Message):
     labels_included: bool
     labels: _containers.ScalarMap[str, str]
     taints: _containers.RepeatedCompositeFieldContainer[Taint]
-    def __init__(self, cluster: _Optional[str] = ..., region: _Optional[str] = ..., node: _Optional[str] = ..., sequence: _Optional[int] = ..., observed_unix_ms: _Optional[int] = ..., sent_unix_ms: _Optional[int] = ..., capacity_milli_cpu: _Optional[int] = ..., capacity_memory_bytes: _Optional[int] = ..., capacity_gpu: _Optional[int] = ..., allocatable_milli_cpu: _Optional[int] = ..., allocatable_memory_bytes: _Optional[int] = ..., allocatable_gpu: _Optional[int] = ..., requested_milli_cpu: _Optional[int] = ..., requested_memory_bytes: _Optional[int] = ..., used_milli_cpu: _Optional[float] = ..., used_memory_bytes: _Optional[float] = ..., power_watts: _Optional[float] = ..., power_source: _Optional[_Union[PowerSource, str]] = ..., energy_joules: _Optional[float] = ..., carbon_g_per_kwh: _Optional[float] = ..., carbon_source: _Optional[_Union[CarbonSource, str]] = ..., pue: _Optional[float] = ..., gpu_model: _Optional[str] = ..., gpu_free_milli: _Optional[_Iterable[int]] = ..., gpu_utilisation: _Optional[_Iterable[float]] = ..., gpu_power_watts: _Optional[_Iterable[float]] = ..., unschedulable: _Optional[bool] = ..., boot_id: _Optional[str] = ..., labels_included: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., taints: _Optional[_Iterable[_Union[Taint, _Mapping]]] = ...) -> None: ...
+    pods_used_milli_cpu: float
+    pods_used_memory_bytes: float
+    def __init__(self, cluster: _Optional[str] = ..., region: _Optional[str] = ..., node: _Optional[str] = ..., sequence: _Optional[int] = ..., observed_unix_ms: _Optional[int] = ..., sent_unix_ms: _Optional[int] = ..., capacity_milli_cpu: _Optional[int] = ..., capacity_memory_bytes: _Optional[int] = ..., capacity_gpu: _Optional[int] = ..., allocatable_milli_cpu: _Optional[int] = ..., allocatable_memory_bytes: _Optional[int] = ..., allocatable_gpu: _Optional[int] = ..., requested_milli_cpu: _Optional[int] = ..., requested_memory_bytes: _Optional[int] = ..., used_milli_cpu: _Optional[float] = ..., used_memory_bytes: _Optional[float] = ..., power_watts: _Optional[float] = ..., power_source: _Optional[_Union[PowerSource, str]] = ..., energy_joules: _Optional[float] = ..., carbon_g_per_kwh: _Optional[float] = ..., carbon_source: _Optional[_Union[CarbonSource, str]] = ..., pue: _Optional[float] = ..., gpu_model: _Optional[str] = ..., gpu_free_milli: _Optional[_Iterable[int]] = ..., gpu_utilisation: _Optional[_Iterable[float]] = ..., gpu_power_watts: _Optional[_Iterable[float]] = ..., unschedulable: _Optional[bool] = ..., boot_id: _Optional[str] = ..., labels_included: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., taints: _Optional[_Iterable[_Union[Taint, _Mapping]]] = ..., pods_used_milli_cpu: _Optional[float] = ..., pods_used_memory_bytes: _Optional[float] = ...) -> None: ...
 
 class ClusterSummary(_message.Message):
     __slots__ = ("cluster", "region", "sequence", "generated_unix_ms", "nodes_total", "nodes_schedulable", "nodes_stale", "allocatable", "requested", "free", "used", "gpu_free_milli", "gpu_devices_idle", "max_node_free_milli_cpu", "max_node_free_memory_bytes", "fragmentation_score", "power_watts", "energy_joules", "carbon_g_per_kwh", "carbon_g_per_s", "pue", "reports_applied")
