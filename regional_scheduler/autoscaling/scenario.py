@@ -65,5 +65,7 @@ def build_scenario(path: Path, settings: AutoscalerSettings | None = None) -> Sc
     sizing = size_service(series.requests_per_minute[: split.train_end_minute], settings.sizing, settings.service)
     load = sizing.load_in_replicas(series.requests_per_minute)
     context = PolicyContext(sizing=sizing, service=settings.service,
-                            forecast=SeasonalForecaster().fit_transform(load))
+                            forecast=SeasonalForecaster().fit_transform(load),
+                            start_minute_of_day=series.start.hour * 60 + series.start.minute,
+                            start_weekday=series.start.weekday())
     return Scenario(series=series, split=split, load=load, context=context, settings=settings)

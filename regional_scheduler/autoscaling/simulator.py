@@ -121,92 +121,129 @@ class ServiceSimulator:
             return self._latency_table[-1]
         return self._latency_table[int(utilisation / SATURATED * (_LATENCY_TABLE_POINTS - 1))]
 
-    def run(self, decide: Callable[[Observation], int]) -> RunResult:
-        """Replay minutes ``[start_minute, end_minute)`` with ``decide`` called once per tick."""
+    def reset(self) -> None:
+        """Start (again) at ``start_minute`` with ``initial_replicas`` ready and no backlog."""
         svc = self.service
         tpm = self.ticks_per_minute
-        tick_s = svc.tick_s
-        n_minutes = self.end_minute - self.start_minute
-        n_ticks = n_minutes * tpm
-        delay_ticks = int(round(svc.metrics_delay_s / tick_s))
-        window_ticks = max(1, int(round(svc.metrics_window_s / tick_s)))
-        startup_ticks = math.ceil(svc.startup_delay_s / tick_s - 1e-9)
-        timeout_ticks = svc.timeout_s / tick_s
-        load_min = self.load_per_minute[self.start_minute:self.end_minute].tolist()
-        observed_min = self.minute_observed_all[self.start_minute:self.end_minute]
+        self.n_ticks = (self.end_minute - self.start_minute) * tpm
+        self._delay_ticks = int(round(svc.metrics_delay_s / svc.tick_s))
+        self._window_ticks = max(1, int(round(svc.metrics_window_s / svc.tick_s)))
+        self._startup_ticks = math.ceil(svc.startup_delay_s / svc.tick_s - 1e-9)
+        self._timeout_ticks = svc.timeout_s / svc.tick_s
+        self._max_latency_ms = (svc.timeout_s + svc.service_time_ms / 1000.0) * 1000.0
+        self._load = self.load_per_minute[self.start_minute:self.end_minute].tolist()
+        self._replicas_rec = [0] * self.n_ticks
+        self._ready_rec = [0] * self.n_ticks
+        self._util_rec = [0.0] * self.n_ticks
+        self._p99_rec = [0.0] * self.n_ticks
+        self._error_rec = [0.0] * self.n_ticks
+        self._weight_rec = [0.0] * self.n_ticks
+        self.ready = self.initial_replicas
+        self.pending: list[int] = []  # tick at which each pending pod becomes ready (ascending)
+        self.backlog = 0.0
+        self.scale_events = 0
+        self.tick = 0
 
-        replicas_rec = [0] * n_ticks
-        ready_rec = [0] * n_ticks
-        util_rec = [0.0] * n_ticks
-        p99_rec = [0.0] * n_ticks
-        error_rec = [0.0] * n_ticks
-        weight_rec = [0.0] * n_ticks
-        ready = self.initial_replicas
-        pending: list[int] = []  # tick at which each pending pod becomes ready (ascending)
-        backlog = 0.0
-        scale_events = 0
-        tick_minute_load = load_min  # demand is a rate: replicas busy at 100%, the same on every tick
-        for k in range(n_ticks):
-            minute = k // tpm
-            seen = k - delay_ticks
-            if seen >= 0:
-                lo = max(0, seen - window_ticks + 1)
-                window = util_rec[lo:seen + 1]
-                utilisation: float | None = sum(window) / len(window) if ready_rec[seen] > 0 else None
-                load_seen = load_min[seen // tpm]
-                p99_seen = p99_rec[seen]
-                err_seen = error_rec[seen]
+    @property
+    def done(self) -> bool:
+        return self.tick >= self.n_ticks
+
+    def observe(self) -> Observation:
+        """What a controller sees at the current tick (metrics delayed by ``metrics_delay_s``)."""
+        k = self.tick
+        tpm = self.ticks_per_minute
+        seen = k - self._delay_ticks
+        if seen >= 0:
+            lo = max(0, seen - self._window_ticks + 1)
+            window = self._util_rec[lo:seen + 1]
+            utilisation: float | None = sum(window) / len(window) if self._ready_rec[seen] > 0 else None
+            load_seen = self._load[seen // tpm]
+            p99_seen = self._p99_rec[seen]
+            err_seen = self._error_rec[seen]
+        else:
+            utilisation, load_seen, p99_seen, err_seen = None, self._load[0], 0.0, 0.0
+        return Observation(
+            tick=k, time_s=k * self.service.tick_s, minute=self.start_minute + k // tpm,
+            current_replicas=self.ready + len(self.pending), ready_replicas=self.ready,
+            pending_replicas=len(self.pending), utilisation=utilisation, load_replicas=load_seen,
+            p99_latency_ms=p99_seen, error_rate=err_seen,
+            slo_breached=p99_seen > self._slo_ms or err_seen > self.service.max_error_rate,
+            observed_minutes=self.start_minute + max(0, seen + 1) // tpm)
+
+    def step(self, desired_replicas: int) -> None:
+        """Actuate ``desired_replicas`` and serve one tick."""
+        k = self.tick
+        desired = max(0, int(desired_replicas))
+        current = self.ready + len(self.pending)
+        if desired != current:
+            self.scale_events += 1
+            if desired > current:
+                self.pending.extend([k + self._startup_ticks] * (desired - current))
             else:
-                utilisation, load_seen, p99_seen, err_seen = None, load_min[0], 0.0, 0.0
-            current = ready + len(pending)
-            obs = Observation(
-                tick=k, time_s=k * tick_s, minute=self.start_minute + minute, current_replicas=current,
-                ready_replicas=ready, pending_replicas=len(pending), utilisation=utilisation,
-                load_replicas=load_seen, p99_latency_ms=p99_seen, error_rate=err_seen,
-                slo_breached=p99_seen > self._slo_ms or err_seen > svc.max_error_rate,
-                observed_minutes=self.start_minute + max(0, seen + 1) // tpm)
-            desired = max(0, int(decide(obs)))
-            if desired != current:
-                scale_events += 1
-                if desired > current:
-                    pending.extend([k + startup_ticks] * (desired - current))
-                else:
-                    remove = current - desired
-                    drop_pending = min(remove, len(pending))
-                    if drop_pending:
-                        del pending[len(pending) - drop_pending:]
-                    ready -= remove - drop_pending
-            while pending and pending[0] <= k:
-                pending.pop(0)
-                ready += 1
-            demand = tick_minute_load[minute]
-            work = backlog + demand
-            served = min(work, float(ready))
-            backlog = work - served
-            max_backlog = ready * timeout_ticks
-            dropped = 0.0
-            if backlog > max_backlog:
-                dropped = backlog - max_backlog
-                backlog = max_backlog
-            if ready > 0:
-                util = served / ready
-                latency = self._latency_ms(min(demand / ready, SATURATED)) + backlog / ready * tick_s * 1000.0
-            else:
-                util = 0.0
-                latency = (svc.timeout_s + svc.service_time_ms / 1000.0) * 1000.0 if demand > 0 else 0.0
-            latency = min(latency, (svc.timeout_s + svc.service_time_ms / 1000.0) * 1000.0)
-            replicas_rec[k] = ready + len(pending)
-            ready_rec[k] = ready
-            util_rec[k] = util
-            p99_rec[k] = latency
-            error_rec[k] = dropped / demand if demand > 0 else 0.0
-            weight_rec[k] = demand
-        p99 = np.asarray(p99_rec)
-        errors = np.asarray(error_rec).reshape(n_minutes, tpm)
-        weights = np.asarray(weight_rec).reshape(n_minutes, tpm)
-        minute_error = np.where(weights.sum(1) > 0, (errors * weights).sum(1) / np.maximum(weights.sum(1), 1e-12), 0)
-        violated = (p99.reshape(n_minutes, tpm).max(1) > self._slo_ms) | (minute_error > svc.max_error_rate)
+                remove = current - desired
+                drop_pending = min(remove, len(self.pending))
+                if drop_pending:
+                    del self.pending[len(self.pending) - drop_pending:]
+                self.ready -= remove - drop_pending
+        while self.pending and self.pending[0] <= k:
+            self.pending.pop(0)
+            self.ready += 1
+        ready = self.ready
+        demand = self._load[k // self.ticks_per_minute]  # a rate: replicas busy at 100%
+        work = self.backlog + demand
+        served = min(work, float(ready))
+        backlog = work - served
+        max_backlog = ready * self._timeout_ticks
+        dropped = 0.0
+        if backlog > max_backlog:
+            dropped = backlog - max_backlog
+            backlog = max_backlog
+        self.backlog = backlog
+        if ready > 0:
+            util = served / ready
+            latency = self._latency_ms(min(demand / ready, SATURATED)) + backlog / ready * self.service.tick_s * 1000
+        else:
+            util = 0.0
+            latency = self._max_latency_ms if demand > 0 else 0.0
+        self._replicas_rec[k] = ready + len(self.pending)
+        self._ready_rec[k] = ready
+        self._util_rec[k] = util
+        self._p99_rec[k] = min(latency, self._max_latency_ms)
+        self._error_rec[k] = dropped / demand if demand > 0 else 0.0
+        self._weight_rec[k] = demand
+        self.tick = k + 1
+
+    def minute_violated(self, minute_index: int) -> bool:
+        """Whether local minute ``minute_index`` (already simulated) violated the SLO."""
+        tpm = self.ticks_per_minute
+        lo, hi = minute_index * tpm, (minute_index + 1) * tpm
+        if max(self._p99_rec[lo:hi]) > self._slo_ms:
+            return True
+        weight = sum(self._weight_rec[lo:hi])
+        if weight <= 0:
+            return False
+        errors = sum(e * w for e, w in zip(self._error_rec[lo:hi], self._weight_rec[lo:hi], strict=True))
+        return errors / weight > self.service.max_error_rate
+
+    def result(self) -> RunResult:
+        tpm = self.ticks_per_minute
+        n_minutes = self.n_ticks // tpm
+        p99 = np.asarray(self._p99_rec)
+        errors = np.asarray(self._error_rec).reshape(n_minutes, tpm)
+        weights = np.asarray(self._weight_rec).reshape(n_minutes, tpm)
+        total = weights.sum(1)
+        minute_error = np.where(total > 0, (errors * weights).sum(1) / np.maximum(total, 1e-12), 0.0)
+        violated = (p99.reshape(n_minutes, tpm).max(1) > self._slo_ms) | (minute_error > self.service.max_error_rate)
         return RunResult(
-            replicas=np.asarray(replicas_rec), ready=np.asarray(ready_rec), utilisation=np.asarray(util_rec),
-            p99_ms=p99, scale_events=scale_events, minute_violated=violated, minute_observed=observed_min.copy(),
-            tick_weight=np.asarray(weight_rec), tick_s=tick_s)
+            replicas=np.asarray(self._replicas_rec), ready=np.asarray(self._ready_rec),
+            utilisation=np.asarray(self._util_rec), p99_ms=p99, scale_events=self.scale_events,
+            minute_violated=violated,
+            minute_observed=self.minute_observed_all[self.start_minute:self.end_minute].copy(),
+            tick_weight=np.asarray(self._weight_rec), tick_s=self.service.tick_s)
+
+    def run(self, decide: Callable[[Observation], int]) -> RunResult:
+        """Replay minutes ``[start_minute, end_minute)`` with ``decide`` called once per tick."""
+        self.reset()
+        while self.tick < self.n_ticks:
+            self.step(decide(self.observe()))
+        return self.result()

@@ -20,6 +20,8 @@ class PolicyContext:
     sizing: ServiceSizing
     service: ServiceSettings
     forecast: SeasonalForecast
+    start_minute_of_day: int = 0
+    start_weekday: int = 0
 
     @property
     def lead_minutes(self) -> int:
@@ -28,8 +30,14 @@ class PolicyContext:
         return math.ceil((svc.startup_delay_s + svc.metrics_delay_s + svc.tick_s) / 60.0)
 
     def guard_rail_settings(self) -> GuardRailSettings:
+        """Rails for this service: its bounds, and on a breach a scale-up to the SLO's utilisation."""
+        from regional_scheduler.autoscaling.queueing import max_utilisation_within_slo
+
+        svc = self.service
+        u_slo = max_utilisation_within_slo(workers=svc.workers_per_replica, service_time_s=svc.service_time_ms / 1000,
+                                           slo_s=svc.slo_p99_ms / 1000)
         return GuardRailSettings(min_replicas=self.sizing.min_replicas, max_replicas=self.sizing.max_replicas,
-                                 breach_target_utilisation=self.sizing.target_utilisation)
+                                 breach_target_utilisation=0.95 * u_slo)
 
 
 class AutoscalingPolicy(Protocol):

@@ -1,0 +1,1 @@
+"""DQN split as Stable-Baselines3 does: algorithm, policy network, replay buffer, checkpoint I/O."""
