@@ -38,8 +38,29 @@ def plot_report(source: AccountingSource, report: EnergyReport, path: str | Path
     table = table.select(np.isin(table.region, sorted(report.regions)))
     bucket_s = _plot_bucket_s(source, since_s, until_s)
     starts, keys, sums = table.bucket_sums("region", origin_s=since_s, bucket_s=bucket_s)
+    grid_ci = _grid_intensity(source, report.policy, starts, [str(k) for k in keys], bucket_s)
     return _draw(report, starts, [str(k) for k in keys], sums["it_energy_joules"], sums["facility_energy_joules"],
-                 sums["carbon_grams"], bucket_s, Path(path))
+                 sums["carbon_grams"], bucket_s, Path(path), grid_ci)
+
+
+def _grid_intensity(source: AccountingSource, policy: str, starts: np.ndarray, keys: list[str],
+                    bucket_s: float) -> np.ndarray | None:
+    """The recorded grid intensity per region and plot bucket, when the source kept it (a saved run).
+
+    Better than carbon / energy: it shows a region's grid even in hours when nothing ran there.
+    """
+    series = getattr(source, "series", {}).get(policy)
+    if series is None or not len(starts) or not len(series["start_s"]):
+        return None
+    b = np.floor((series["start_s"] - starts[0]) / bucket_s).astype(np.int64)
+    k = np.searchsorted(keys, series["region"])
+    ok = (b >= 0) & (b < len(starts)) & (k < len(keys))
+    ok[ok] &= np.asarray(keys)[k[ok]] == series["region"][ok]
+    flat = b[ok] * len(keys) + k[ok]
+    n = len(starts) * len(keys)
+    total = np.bincount(flat, series["carbon_intensity_g_per_kwh"][ok], minlength=n)
+    count = np.bincount(flat, minlength=n)
+    return np.divide(total, count, out=np.full(n, np.nan), where=count > 0).reshape(len(starts), len(keys))
 
 
 def plot_from_buckets(series: EnergyReport, report: EnergyReport, path: str | Path) -> Path:
@@ -62,12 +83,14 @@ def plot_from_buckets(series: EnergyReport, report: EnergyReport, path: str | Pa
 
 
 def _draw(report: EnergyReport, starts: np.ndarray, keys: list[str], it_j: np.ndarray, fac_j: np.ndarray,
-          co2_g: np.ndarray, bucket_s: float, path: Path) -> Path:
+          co2_g: np.ndarray, bucket_s: float, path: Path, grid_ci: np.ndarray | None = None) -> Path:
     regions = sorted(report.regions)
     times = [from_unix_s(s) for s in starts]
     power_kw = it_j / bucket_s / 1000.0
     fac_kwh = fac_j / JOULES_PER_KWH
     intensity = np.divide(co2_g, fac_kwh, out=np.full_like(fac_kwh, np.nan), where=fac_kwh > 0)
+    if grid_ci is not None:
+        intensity = grid_ci
 
     fig = plt.figure(figsize=(12, 6.5), dpi=110)
     grid = fig.add_gridspec(2, 2, width_ratios=(3.2, 1), hspace=0.08, wspace=0.28)

@@ -267,6 +267,12 @@ class FederationRunHook:
         if self.recorder is None:
             self.recorder = RunRecorder([ClusterSpec(name=r.cluster, region=r.region, pue=max(1.0, float(p)))
                                          for r, p in zip(records, pue, strict=True)], policy=self.policy)
+        # A cluster drawing nothing in its first hour shows no PUE then; keep the spec's to the first real one.
+        specs = list(self.recorder.clusters)
+        for i, spec in enumerate(specs):
+            if spec.pue == 1.0 and it_j[i] > 0 and pue[i] > 1.0:
+                specs[i] = spec.model_copy(update={"pue": float(pue[i])})
+        self.recorder.clusters = specs
         c_idx: list[int] = []
         tenants: list[str] = []
         tenant_j: list[float] = []

@@ -26,7 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
-from global_scheduler.accounting.run_store import ClusterSpec, RunRecorder, WorkloadUsage, save_run
+from global_scheduler.accounting.run_store import (
+    ClusterSpec,
+    FederationRunHook,
+    RunRecorder,
+    WorkloadUsage,
+    save_federation_run,
+    save_run,
+)
 from meridian import grid_data
 
 NODE_IDLE_WATTS = 120.0
@@ -141,13 +148,37 @@ def _greedy(demand: np.ndarray, home: list[int | None], region_of: np.ndarray, c
     return alloc
 
 
+def simulate_federation_run(traces_dir: str | Path, out_dir: str | Path, *,
+                            policies: tuple[str, ...] = ("least-carbon", "karmada"), primary: str | None = None,
+                            days: int = 7) -> Path:
+    """Run issue 5's federation simulator with each policy and save the accounting through
+    :class:`FederationRunHook` — what ``meridian bench routing --save-run DIR`` is to do once wired.
+
+    Imported lazily: the simulator is a heavier module than the accounting needs otherwise.
+    """
+    from global_scheduler.federation_sim import FederationConfig, FederationSim
+    from global_scheduler.routing.registry import get_policy
+
+    sim = FederationSim(FederationConfig(days=days), Path(traces_dir))
+    hooks = {name: FederationRunHook(name) for name in policies}
+    results = {name: sim.run(get_policy(name), on_interval=hooks[name]).as_dict() for name in policies}
+    return save_federation_run(out_dir, hooks, primary=primary or policies[0],
+                               provenance={"generator": "global_scheduler.federation_sim", "days": days,
+                                           "results": results})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--traces", type=Path, default=Path(__file__).resolve().parents[3] / "shared" / "traces")
     parser.add_argument("--days", type=int, default=7)
+    parser.add_argument("--federation", action="store_true",
+                        help="use the federation simulator (least-carbon vs karmada) instead of this module's model")
     args = parser.parse_args(argv)
-    print(generate_sample_run(args.traces, args.out, days=args.days))
+    if args.federation:
+        print(simulate_federation_run(args.traces, args.out, days=args.days))
+    else:
+        print(generate_sample_run(args.traces, args.out, days=args.days))
     return 0
 
 
