@@ -69,6 +69,8 @@ _HARD_EFFECTS = (TaintEffect.NO_SCHEDULE, TaintEffect.NO_EXECUTE)
 
 
 def taint_toleration(state: ClusterState, pod: Pod) -> np.ndarray:
+    if not any(state.group_taints):  # no node has a taint: skip the per-group loop (0.6 ms on openb)
+        return np.ones(state.n_nodes, dtype=bool)
     def ok(g: int) -> bool:
         return all(any(tol.tolerates(taint) for tol in pod.tolerations)
                    for taint in state.group_taints[g] if taint.effect in _HARD_EFFECTS)
