@@ -1,0 +1,188 @@
+"""The cluster registry: the global tier's view of every cluster, built from ``ClusterSummary``.
+
+Summaries arrive on ``meridian:summary`` (newest per cluster wins, by sequence and time). A cluster
+whose summaries stop for ``cluster_timeout_s`` is marked down; the scheduler then reroutes its
+workloads. Between summaries the router *reserves* what it dispatched so a burst of submissions does
+not all land on the cluster that looked emptiest at the last summary; a newer summary (which already
+counts those placements) clears the reservations made before it was generated.
+
+:meth:`ClusterRegistry.features` gives the routing snapshot as :class:`gnn.features.ClusterFeatures`,
+vectorised over clusters.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from global_scheduler.federation_sim import REGIONS, haversine_km
+from gnn.features import ClusterFeatures
+from protos import global_api_pb2 as api
+from protos import telemetry_pb2 as tpb
+
+FORECAST_HOURS = 24
+
+
+@dataclass
+class ClusterRecord:
+    name: str
+    region: str
+    summary: tpb.ClusterSummary
+    last_seen_s: float
+    ready: bool = True
+    reserved: np.ndarray = field(default_factory=lambda: np.zeros(3))  # milli-CPU, bytes, GPUs
+    max_node_alloc_cpu: float = 0.0  # largest single-node free CPU ever seen (≈ largest node)
+    max_node_alloc_mem: float = 0.0
+    queued: int = 0
+
+
+class ClusterRegistry:
+    def __init__(self, *, cluster_timeout_s: float = 15.0, default_rtt_ms: float = 80.0,
+                 prices_per_mwh: dict[str, float] | None = None) -> None:
+        self.timeout_s = cluster_timeout_s
+        self.default_rtt_ms = default_rtt_ms
+        self.prices = prices_per_mwh or {}
+        self._lock = threading.Lock()
+        self._clusters: dict[str, ClusterRecord] = {}
+        self._regions: list[str] = []
+
+    # ------------------------------------------------------------------ updates
+    def apply(self, summary: tpb.ClusterSummary, now_s: float | None = None) -> bool:
+        """Apply a summary; returns True if the cluster was down (or unknown) and is now up."""
+        now_s = time.time() if now_s is None else now_s
+        with self._lock:
+            rec = self._clusters.get(summary.cluster)
+            if rec is not None and summary.sequence and summary.sequence <= rec.summary.sequence and \
+                    summary.generated_unix_ms <= rec.summary.generated_unix_ms:
+                return False
+            came_up = rec is None or not rec.ready
+            if rec is None:
+                rec = ClusterRecord(summary.cluster, summary.region, summary, now_s)
+                self._clusters[summary.cluster] = rec
+                if summary.region not in self._regions:
+                    self._regions.append(summary.region)
+            rec.summary = summary
+            rec.region = summary.region
+            rec.last_seen_s = now_s
+            rec.ready = summary.nodes_schedulable > 0
+            rec.reserved = np.zeros(3)
+            rec.max_node_alloc_cpu = max(rec.max_node_alloc_cpu, float(summary.max_node_free_milli_cpu))
+            rec.max_node_alloc_mem = max(rec.max_node_alloc_mem, float(summary.max_node_free_memory_bytes))
+            if summary.region not in self._regions:
+                self._regions.append(summary.region)
+            return came_up and rec.ready
+
+    def sweep(self, now_s: float | None = None) -> list[str]:
+        """Mark clusters without a recent summary down; returns the ones that just went down."""
+        now_s = time.time() if now_s is None else now_s
+        down = []
+        with self._lock:
+            for rec in self._clusters.values():
+                if rec.ready and now_s - rec.last_seen_s > self.timeout_s:
+                    rec.ready = False
+                    down.append(rec.name)
+        return down
+
+    def reserve(self, cluster: str, milli_cpu: float, memory_bytes: float, gpu: float) -> None:
+        with self._lock:
+            rec = self._clusters.get(cluster)
+            if rec is not None:
+                rec.reserved += (milli_cpu, memory_bytes, gpu)
+
+    # ------------------------------------------------------------------ views
+    def names(self) -> list[str]:
+        with self._lock:
+            return list(self._clusters)
+
+    def region_of(self, cluster: str) -> str | None:
+        with self._lock:
+            rec = self._clusters.get(cluster)
+            return rec.region if rec else None
+
+    def regions(self) -> list[str]:
+        with self._lock:
+            return list(self._regions)
+
+    def is_ready(self, cluster: str) -> bool:
+        with self._lock:
+            rec = self._clusters.get(cluster)
+            return bool(rec and rec.ready)
+
+    def rtt_matrix(self, regions: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        n = len(regions)
+        rtt = np.full((n, n), self.default_rtt_ms)
+        bw = np.full((n, n), 40.0)
+        for i, a in enumerate(regions):
+            for j, b in enumerate(regions):
+                if i == j:
+                    rtt[i, j], bw[i, j] = 2.0, 100.0
+                elif a in REGIONS and b in REGIONS:
+                    km = haversine_km(REGIONS[a], REGIONS[b])
+                    rtt[i, j] = 2.0 + km / 66.0
+                    bw[i, j] = 100.0 if km < 3000 else 40.0
+        return rtt, bw
+
+    def ever_fits(self, *, replicas: int, milli_cpu: int, memory_bytes: int, gpu: float,
+                  allowed_regions: set[str] | None) -> bool | None:
+        """Could any allowed cluster ever hold this workload (empty)? None when no cluster is known yet."""
+        with self._lock:
+            records = list(self._clusters.values())
+        if not records:
+            return None
+        for rec in records:
+            if allowed_regions and rec.region not in allowed_regions:
+                continue
+            a = rec.summary.allocatable
+            if replicas * milli_cpu <= a.milli_cpu and replicas * memory_bytes <= a.memory_bytes and \
+                    replicas * gpu <= a.gpu + 1e-9 and milli_cpu <= max(rec.max_node_alloc_cpu, 1) and \
+                    memory_bytes <= max(rec.max_node_alloc_mem, 1):
+                return True
+        return False
+
+    def features(self, now_s: float | None = None) -> tuple[list[str], list[str], ClusterFeatures]:
+        """(cluster names, region names, features) for routing, vectorised over clusters."""
+        with self._lock:
+            records = list(self._clusters.values())
+            regions = list(self._regions)
+        n = len(records)
+        region_index = np.array([regions.index(r.region) for r in records], dtype=np.int64)
+        s = [r.summary for r in records]
+        reserved = np.array([r.reserved for r in records]).reshape(n, 3)
+        f = np.array([[x.free.milli_cpu, x.free.memory_bytes, x.gpu_devices_idle] for x in s],
+                     dtype=np.float64).reshape(n, 3) - reserved
+        alloc = np.array([[x.allocatable.milli_cpu, x.allocatable.memory_bytes, x.allocatable.gpu] for x in s],
+                         dtype=np.float64).reshape(n, 3)
+        carbon = np.array([x.carbon_g_per_kwh for x in s], dtype=np.float64)
+        rtt, bw = self.rtt_matrix(regions)
+        return [r.name for r in records], regions, ClusterFeatures(
+            region_index=region_index, alloc_milli_cpu=alloc[:, 0], alloc_memory_bytes=alloc[:, 1],
+            alloc_gpu=alloc[:, 2], free_milli_cpu=np.maximum(f[:, 0], 0), free_memory_bytes=np.maximum(f[:, 1], 0),
+            free_gpu=np.maximum(f[:, 2], 0),
+            max_node_free_milli_cpu=np.array([x.max_node_free_milli_cpu for x in s], dtype=np.float64),
+            max_node_free_memory_bytes=np.array([x.max_node_free_memory_bytes for x in s], dtype=np.float64),
+            fragmentation=np.array([x.fragmentation_score / 100.0 for x in s], dtype=np.float64),
+            carbon_now=carbon, carbon_forecast=carbon.copy(),
+            carbon_forecast_hourly=np.repeat(carbon[:, None], FORECAST_HOURS, axis=1),
+            price_per_mwh=np.array([self.prices.get(r.region, 0.0) for r in records], dtype=np.float64),
+            pue=np.array([x.pue if x.pue >= 1 else 1.0 for x in s], dtype=np.float64),
+            queue_length=np.array([r.queued for r in records], dtype=np.float64),
+            slo_violation_rate=np.zeros(n), ready=np.array([r.ready for r in records], dtype=bool),
+            rtt_ms=rtt, bandwidth_gbps=bw)
+
+    def cluster_messages(self) -> list[api.Cluster]:
+        with self._lock:
+            records = list(self._clusters.values())
+        out = []
+        for r in records:
+            s = r.summary
+            out.append(api.Cluster(
+                name=r.name, region=r.region, ready=r.ready, last_seen_unix_s=r.last_seen_s,
+                allocatable_milli_cpu=s.allocatable.milli_cpu, free_milli_cpu=s.free.milli_cpu,
+                allocatable_memory_bytes=s.allocatable.memory_bytes, free_memory_bytes=s.free.memory_bytes,
+                gpus=s.allocatable.gpu, free_gpus=s.gpu_devices_idle, nodes=s.nodes_total,
+                carbon_g_per_kwh=s.carbon_g_per_kwh, price_per_mwh=self.prices.get(r.region, 0.0),
+                queued_workloads=r.queued))
+        return out

@@ -1,0 +1,387 @@
+"""The global scheduler's engine: routes accepted workloads and follows them to Running or Failed.
+
+Workers (threads, one per stream or duty, each stopping when ``stop`` is set and cleaning up after
+itself):
+
+* **router**: takes queued workloads in batches, routes each through the staged
+  :class:`~global_scheduler.routing.base.Router` over one registry snapshot per batch (reserving
+  what it assigns so a batch spreads as it would one by one), records the new attempt *before*
+  publishing (so the cluster's first event always matches), then publishes one pipelined batch of
+  ``DispatchMessage`` per cluster. If publishing fails the attempt is rolled back and the workloads
+  requeued, so a workload is dispatched once per attempt.
+* **summaries**: applies ``ClusterSummary`` entries from ``meridian:summary`` to the registry.
+* **events**: applies ``PlacementEvent`` entries from every ``meridian:events:{cluster}``; an event of
+  an old attempt is ignored. ``FAILED`` excludes that cluster for the workload and reroutes it.
+* **sweeper**: marks silent clusters down and reroutes their workloads (failover); a release is sent
+  to the silent cluster so that, should it come back, it frees what it held. When a cluster comes
+  back, deferrable workloads that have not started on a dirtier cluster move back (failback).
+
+Hazards: a publish that fails half-way may leave some entries published; their workloads are
+requeued with a *new* attempt and the regional worker ignores the stale one when the release
+arrives. Malformed entries go to the stream's dead-letter stream and never stop a worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from global_scheduler.registry import ClusterRegistry
+from global_scheduler.routing.base import DEFER, NO_CLUSTER, Router, RoutingPolicy
+from global_scheduler.routing.registry import get_policy
+from global_scheduler.settings import GlobalSchedulerSettings
+from global_scheduler.store import ACTIVE_ON_CLUSTER, TERMINAL, WorkloadStore
+from gnn.features import ClusterFeatures, WorkloadFeatures
+from meridian.bus import (
+    SUMMARY_STREAM,
+    BusError,
+    BusUnavailableError,
+    StreamBus,
+    dispatch_stream,
+    events_stream,
+)
+from protos import dispatch_pb2 as dpb
+from protos import global_api_pb2 as api
+from protos import telemetry_pb2 as tpb
+
+log = logging.getLogger(__name__)
+
+EVENTS_GROUP = "global-scheduler"
+BACKOFF_S = (0.1, 0.5, 1.0, 2.0, 5.0)
+CLASS_WEIGHTS = {  # perf, cost, energy, fairness (the simulator's class defaults)
+    "latency-sensitive": (0.7, 0.05, 0.15, 0.1),
+    "batch": (0.1, 0.1, 0.7, 0.1),
+}
+DEFAULT_EXPECTED_DURATION_H = 4.0
+
+
+def workload_class(spec: api.WorkloadSpec) -> str:
+    return spec.workload_class or ("batch" if spec.deferrable else "latency-sensitive")
+
+
+class GlobalScheduler:
+    def __init__(self, *, settings: GlobalSchedulerSettings, bus: StreamBus, policy: RoutingPolicy | None = None,
+                 instance: str | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.bus = bus
+        self.clock = clock
+        self.instance = instance or f"global-{uuid.uuid4().hex[:8]}"
+        self.store = WorkloadStore()
+        self.registry = ClusterRegistry(cluster_timeout_s=settings.registry.cluster_timeout_s,
+                                        default_rtt_ms=settings.registry.default_rtt_ms)
+        if policy is None:
+            kwargs = {"checkpoint": settings.routing.checkpoint} if settings.routing.policy == "gnn" else {}
+            policy = get_policy(settings.routing.policy, **kwargs)
+        self.router = Router(policy)
+        self._queue: deque[str] = deque()
+        self._queued: set[str] = set()
+        self._deferred: dict[str, float] = {}
+        self._cv = threading.Condition()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.dispatched_total = 0
+        self.decision_seconds: deque[float] = deque(maxlen=100_000)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self.bus.ensure_group(SUMMARY_STREAM, self.instance, start_id="0")
+        for name, target in (("router", self._router_loop), ("summaries", self._summary_loop),
+                             ("events", self._events_loop), ("sweeper", self._sweep_loop)):
+            t = threading.Thread(target=self._guard(name, target), name=f"{self.instance}-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        with self._cv:
+            self._cv.notify_all()
+        for t in self._threads:
+            t.join(timeout=timeout_s)
+        self._threads.clear()
+
+    def _guard(self, name: str, loop: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            failures = 0
+            while not self._stop.is_set():
+                try:
+                    loop()
+                    return
+                except (BusUnavailableError, BusError) as exc:
+                    delay = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]
+                    failures += 1
+                    log.warning("%s: bus unavailable (%s); retrying in %.1f s", name, exc, delay)
+                    self._stop.wait(delay)
+                except Exception:
+                    log.exception("%s worker crashed; restarting", name)
+                    self._stop.wait(1.0)
+        return run
+
+    # ------------------------------------------------------------------ API-facing operations
+    def enqueue(self, wid: str) -> None:
+        with self._cv:
+            if wid in self._queued:
+                return
+            self._queued.add(wid)
+            self._deferred.pop(wid, None)
+            self._queue.append(wid)
+            self._cv.notify()
+
+    def cancel(self, wid: str) -> api.Workload | None:
+        w = self.store.get(wid)
+        if w is None or w.state in TERMINAL:
+            return w
+        if w.state in ACTIVE_ON_CLUSTER and w.cluster:
+            self._publish_release(w.cluster, wid, w.attempt, "cancelled by the operator")
+        with self._cv:
+            self._deferred.pop(wid, None)
+        return self.store.update(wid, state=api.WORKLOAD_STATE_CANCELLED, message="cancelled by the operator")
+
+    def queue_depth(self) -> int:
+        with self._cv:
+            return len(self._queue) + len(self._deferred)
+
+    # ------------------------------------------------------------------ router
+    def _workload_features(self, w: api.Workload, requests, regions: Sequence[str], now_s: float) -> WorkloadFeatures:
+        spec = w.spec
+        allowed = None
+        if spec.allowed_regions:
+            allowed_set = set(spec.allowed_regions)
+            allowed = np.array([r in allowed_set for r in regions], dtype=bool)
+        origin = regions.index(spec.origin_region) if spec.origin_region in regions else -1
+        wts = (spec.weights.performance, spec.weights.cost, spec.weights.energy, spec.weights.fairness)
+        if not any(wts):
+            wts = CLASS_WEIGHTS[workload_class(spec)]
+        return WorkloadFeatures(
+            replicas=spec.replicas, milli_cpu=float(requests.milli_cpu), memory_bytes=float(requests.memory_bytes),
+            gpu=requests.gpu_fraction, origin_region=origin,
+            latency_slo_ms=spec.latency_slo_ms if origin >= 0 else 0.0, allowed_regions=allowed,
+            deferrable=spec.deferrable, deadline_hours=max(0.0, (spec.deadline_unix_s - now_s) / 3600.0)
+            if spec.deferrable else 0.0, weights=wts, expected_duration_h=DEFAULT_EXPECTED_DURATION_H)
+
+    def _take_batch(self) -> list[str]:
+        now = self.clock()
+        with self._cv:
+            due = [wid for wid, nb in self._deferred.items() if nb <= now]
+            for wid in due:
+                del self._deferred[wid]
+                if wid not in self._queued:
+                    self._queued.add(wid)
+                    self._queue.append(wid)
+            if not self._queue:
+                self._cv.wait(timeout=0.1)
+            batch = []
+            while self._queue and len(batch) < self.settings.routing.batch_max:
+                wid = self._queue.popleft()
+                self._queued.discard(wid)
+                batch.append(wid)
+            return batch
+
+    def _hold(self, wid: str, until_s: float) -> None:
+        with self._cv:
+            self._deferred[wid] = until_s
+
+    def _router_loop(self) -> None:
+        while not self._stop.is_set():
+            batch = self._take_batch()
+            if batch:
+                self.route_batch(batch)
+
+    def route_batch(self, batch: list[str]) -> None:
+        now = self.clock()
+        names, regions, feats = self.registry.features(now)
+        if not names:
+            for wid in batch:
+                self.store.update(wid, message="waiting: no cluster has reported yet")
+                self._hold(wid, now + 1.0)
+            return
+        outgoing: dict[str, list[tuple[str, int, bytes]]] = {}
+        for wid in batch:
+            entry = self.store.entry(wid)
+            if entry is None:
+                continue
+            w = entry.workload
+            if w.state != api.WORKLOAD_STATE_PENDING:
+                continue
+            wf = self._workload_features(w, entry.requests, regions, now)
+            excluded = entry.excluded_clusters
+            view = feats
+            if excluded:
+                view = _without(feats, [i for i, n in enumerate(names) if n in excluded])
+            t0 = time.perf_counter()
+            decision = self.router.decide(lambda view=view: view, wf)
+            self.decision_seconds.append(time.perf_counter() - t0)
+            if decision.cluster >= 0:
+                c = decision.cluster
+                cluster = names[c]
+                attempt = w.attempt + 1
+                r = entry.requests
+                need = w.spec.replicas * np.array([r.milli_cpu, r.memory_bytes, r.gpu_fraction])
+                feats.free_milli_cpu[c] = max(0.0, feats.free_milli_cpu[c] - need[0])
+                feats.free_memory_bytes[c] = max(0.0, feats.free_memory_bytes[c] - need[1])
+                feats.free_gpu[c] = max(0.0, feats.free_gpu[c] - need[2])
+                self.registry.reserve(cluster, *need)
+                updated = self.store.update(wid, expect_attempt=w.attempt, state=api.WORKLOAD_STATE_DISPATCHED,
+                                            cluster=cluster, region=regions[feats.region_index[c]], attempt=attempt,
+                                            message=f"dispatched to {cluster} (attempt {attempt})")
+                if updated is None:
+                    continue
+                msg = dpb.DispatchMessage(cluster=cluster, place=dpb.PlaceWorkload(
+                    workload_id=wid, attempt=attempt, name=w.spec.name, tenant=w.spec.tenant,
+                    priority=w.spec.priority, replicas=w.spec.replicas,
+                    requests=dpb.ReplicaRequests(milli_cpu=r.milli_cpu, memory_bytes=r.memory_bytes, gpu=r.gpu,
+                                                 gpu_milli=r.gpu_milli),
+                    dispatched_at_s=now))
+                outgoing.setdefault(cluster, []).append((wid, attempt, msg.SerializeToString()))
+            elif decision.cluster == DEFER:
+                until = min(now + self.settings.routing.defer_recheck_s, w.spec.deadline_unix_s)
+                self.store.update(wid, not_before_unix_s=until,
+                                  message=f"deferred for a cleaner hour; next look at {time.strftime('%H:%M:%S', time.gmtime(until))} UTC")
+                self._hold(wid, until)
+            else:
+                assert decision.cluster == NO_CLUSTER
+                allowed = set(w.spec.allowed_regions) or None
+                fits = self.registry.ever_fits(replicas=w.spec.replicas, milli_cpu=entry.requests.milli_cpu,
+                                               memory_bytes=entry.requests.memory_bytes,
+                                               gpu=entry.requests.gpu_fraction, allowed_regions=allowed)
+                if fits is False:
+                    self.store.update(wid, state=api.WORKLOAD_STATE_FAILED,
+                                      message="no allowed cluster can ever fit it: " + decision.explain(len(names)))
+                else:
+                    self.store.update(wid, message="waiting: " + decision.explain(len(names)))
+                    self._hold(wid, now + 2.0)
+        for cluster, items in outgoing.items():
+            try:
+                self.bus.publish_many(dispatch_stream(cluster), [p for _, _, p in items],
+                                      maxlen=self.settings.bus.dispatch_maxlen)
+                self.dispatched_total += len(items)
+            except (BusUnavailableError, BusError) as exc:
+                log.warning("dispatch to %s failed (%s); requeueing %d workloads", cluster, exc, len(items))
+                for wid, attempt, _ in items:
+                    self.store.update(wid, expect_attempt=attempt, state=api.WORKLOAD_STATE_PENDING,
+                                      attempt=attempt - 1, message=f"dispatch to {cluster} failed; retrying")
+                    self._hold(wid, self.clock() + 1.0)
+
+    def _publish_release(self, cluster: str, wid: str, attempt: int, reason: str) -> None:
+        msg = dpb.DispatchMessage(cluster=cluster, release=dpb.ReleaseWorkload(workload_id=wid, attempt=attempt,
+                                                                              reason=reason))
+        try:
+            self.bus.publish(dispatch_stream(cluster), msg.SerializeToString(), maxlen=self.settings.bus.dispatch_maxlen)
+        except (BusUnavailableError, BusError) as exc:
+            log.warning("release of %s on %s not sent: %s", wid, cluster, exc)
+
+    def reroute(self, wid: str, *, reason: str, exclude: str | None = None, release_on: str | None = None) -> None:
+        """Back to PENDING and into the queue (or FAILED after ``max_attempts``)."""
+        w = self.store.get(wid)
+        if w is None or w.state in TERMINAL:
+            return
+        if release_on:
+            self._publish_release(release_on, wid, w.attempt, reason)
+        if w.attempt >= self.settings.routing.max_attempts:
+            self.store.update(wid, state=api.WORKLOAD_STATE_FAILED, message=f"{reason}; gave up after {w.attempt} attempts")
+            return
+        changes: dict[str, object] = {"state": api.WORKLOAD_STATE_PENDING, "message": f"{reason}; rerouting",
+                                      "cluster": "", "nodes": []}
+        if exclude:
+            changes["exclude_cluster"] = exclude
+        if self.store.update(wid, expect_attempt=w.attempt, **changes) is not None:
+            self.enqueue(wid)
+
+    # ------------------------------------------------------------------ summaries
+    def _summary_loop(self) -> None:
+        stream = SUMMARY_STREAM
+        while not self._stop.is_set():
+            entries = self.bus.read_group(stream, self.instance, self.instance, count=1000,
+                                          block_ms=self.settings.bus.poll_block_ms)
+            for entry in entries:
+                try:
+                    summary = tpb.ClusterSummary.FromString(entry.payload)
+                    if not summary.cluster:
+                        raise ValueError("summary without a cluster name")
+                except Exception as exc:
+                    self.bus.dead_letter(stream, entry, reason=f"decode error: {exc}", group=self.instance,
+                                         consumer=self.instance)
+                    continue
+                seen = min(self.clock(), summary.generated_unix_ms / 1000.0) if summary.generated_unix_ms else self.clock()
+                if self.registry.apply(summary, now_s=seen):
+                    self._on_cluster_up(summary.cluster)
+            if entries:
+                self.bus.ack(stream, self.instance, [e.entry_id for e in entries])
+
+    def _on_cluster_up(self, cluster: str) -> None:
+        """Failback: deferrable workloads not yet running on a dirtier cluster move to the recovered one."""
+        names, _regions, feats = self.registry.features()
+        if cluster not in names:
+            return
+        carbon = dict(zip(names, feats.carbon_now, strict=True))
+        for other in names:
+            if other == cluster or carbon[other] <= carbon[cluster] * 1.1:
+                continue
+            for wid in self.store.on_cluster(other):
+                w = self.store.get(wid)
+                if w is not None and w.spec.deferrable and w.state in (api.WORKLOAD_STATE_DISPATCHED,
+                                                                       api.WORKLOAD_STATE_SCHEDULED):
+                    self.reroute(wid, reason=f"failback: {cluster} recovered and is cleaner", release_on=other)
+
+    # ------------------------------------------------------------------ events
+    def _events_loop(self) -> None:
+        groups: set[str] = set()
+        while not self._stop.is_set():
+            got = 0
+            for cluster in self.registry.names():
+                stream = events_stream(cluster)
+                if stream not in groups:
+                    self.bus.ensure_group(stream, EVENTS_GROUP, start_id="0")
+                    groups.add(stream)
+                entries = self.bus.read_group(stream, EVENTS_GROUP, self.instance, count=1000, block_ms=None)
+                got += len(entries)
+                for entry in entries:
+                    try:
+                        event = dpb.PlacementEvent.FromString(entry.payload)
+                        if not event.workload_id:
+                            raise ValueError("event without a workload id")
+                    except Exception as exc:
+                        self.bus.dead_letter(stream, entry, reason=f"decode error: {exc}", group=EVENTS_GROUP,
+                                             consumer=self.instance)
+                        continue
+                    self.apply_event(event)
+                if entries:
+                    self.bus.ack(stream, EVENTS_GROUP, [e.entry_id for e in entries])
+            if not got:
+                self._stop.wait(0.05)
+
+    def apply_event(self, event: dpb.PlacementEvent) -> None:
+        w = self.store.get(event.workload_id)
+        if w is None or w.attempt != event.attempt or w.state in TERMINAL or w.cluster != event.cluster:
+            return  # an old attempt's news
+        if event.phase == dpb.PLACEMENT_PHASE_SCHEDULED and w.state == api.WORKLOAD_STATE_DISPATCHED:
+            self.store.update(w.id, expect_attempt=event.attempt, state=api.WORKLOAD_STATE_SCHEDULED,
+                              nodes=list(event.nodes), message=f"scheduled on {event.cluster}")
+        elif event.phase == dpb.PLACEMENT_PHASE_RUNNING and w.state in (api.WORKLOAD_STATE_DISPATCHED,
+                                                                        api.WORKLOAD_STATE_SCHEDULED):
+            changes: dict[str, object] = {"state": api.WORKLOAD_STATE_RUNNING, "message": f"running on {event.cluster}"}
+            if event.nodes:
+                changes["nodes"] = list(event.nodes)
+            self.store.update(w.id, expect_attempt=event.attempt, **changes)
+        elif event.phase == dpb.PLACEMENT_PHASE_FAILED:
+            self.reroute(w.id, reason=f"{event.cluster} rejected it: {event.reason}", exclude=event.cluster)
+
+    # ------------------------------------------------------------------ liveness
+    def _sweep_loop(self) -> None:
+        while not self._stop.wait(self.settings.registry.sweep_interval_s):
+            for cluster in self.registry.sweep(self.clock()):
+                log.warning("cluster %s stopped reporting; rerouting its workloads", cluster)
+                for wid in self.store.on_cluster(cluster):
+                    self.reroute(wid, reason=f"cluster {cluster} stopped reporting", release_on=cluster)
+
+
+def _without(feats: ClusterFeatures, excluded: list[int]) -> ClusterFeatures:
+    ready = feats.ready.copy()
+    ready[excluded] = False
+    view = ClusterFeatures(**{**feats.__dict__, "ready": ready})
+    return view

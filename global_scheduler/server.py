@@ -1,0 +1,214 @@
+"""The operators' gRPC API (``meridian.v1.GlobalScheduler``), with health and reflection.
+
+Errors carry the right status code and say what was wrong: ``INVALID_ARGUMENT`` names the field in
+the message (``spec.requests.cpu: …``) and in the trailing metadata key ``meridian-field``;
+``NOT_FOUND``, ``ALREADY_EXISTS`` (an idempotency key reused with another spec; ``meridian-workload-id``
+names the workload that holds it), ``RESOURCE_EXHAUSTED`` (no allowed cluster could ever fit it) and
+``UNAUTHENTICATED``. (``grpcio-status`` is not installed, so the details travel as plain trailing
+metadata rather than a packed ``google.rpc.Status``.)
+
+Authentication is a server interceptor: a call without ``authorization: Bearer <token>`` matching
+a configured token is answered ``UNAUTHENTICATED`` by the interceptor itself and never reaches a
+servicer. Health checks and reflection stay open so probes work without a secret.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent import futures
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from global_scheduler.scheduler import GlobalScheduler
+from global_scheduler.settings import GlobalSchedulerSettings
+from global_scheduler.store import IdempotencyConflictError
+from global_scheduler.validation import InvalidArgumentError, validate_submit
+from protos import global_api_pb2 as api
+from protos import global_api_pb2_grpc as api_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = api.DESCRIPTOR.services_by_name["GlobalScheduler"].full_name
+OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+FIELD_KEY = "meridian-field"
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str,
+           metadata: Sequence[tuple[str, str]] = ()) -> None:
+    if metadata:
+        context.set_trailing_metadata(tuple(metadata))
+    context.abort(code, message)
+
+
+class GlobalSchedulerServicer(api_grpc.GlobalSchedulerServicer):
+    def __init__(self, engine: GlobalScheduler) -> None:
+        self.engine = engine
+        self.settings = engine.settings
+
+    def SubmitWorkload(self, request: api.SubmitWorkloadRequest, context: grpc.ServicerContext) -> api.Workload:  # noqa: N802
+        try:
+            parsed = validate_submit(request, now_s=time.time())
+        except InvalidArgumentError as exc:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc), [(FIELD_KEY, exc.field)])
+        spec = request.spec
+        fits = self.engine.registry.ever_fits(replicas=spec.replicas, milli_cpu=parsed.milli_cpu,
+                                              memory_bytes=parsed.memory_bytes, gpu=parsed.gpu_fraction,
+                                              allowed_regions=set(spec.allowed_regions) or None)
+        if fits is False:
+            where = f" in regions {', '.join(spec.allowed_regions)}" if spec.allowed_regions else ""
+            _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                   f"no cluster{where} can ever fit {spec.replicas} replica(s) of this size, even empty",
+                   [(FIELD_KEY, "spec.requests")])
+        try:
+            workload, created = self.engine.store.create(spec, parsed, request.idempotency_key)
+        except IdempotencyConflictError as exc:
+            _abort(context, grpc.StatusCode.ALREADY_EXISTS, str(exc),
+                   [(FIELD_KEY, "idempotency_key"), ("meridian-workload-id", exc.workload_id)])
+        if created:
+            self.engine.enqueue(workload.id)
+        return workload
+
+    def _get_or_abort(self, wid: str, context: grpc.ServicerContext) -> api.Workload:
+        if not wid:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "id: required", [(FIELD_KEY, "id")])
+        w = self.engine.store.get(wid)
+        if w is None:
+            _abort(context, grpc.StatusCode.NOT_FOUND, f"workload {wid!r} not found")
+        return w
+
+    def GetWorkload(self, request: api.GetWorkloadRequest, context: grpc.ServicerContext) -> api.Workload:  # noqa: N802
+        return self._get_or_abort(request.id, context)
+
+    def ListWorkloads(self, request: api.ListWorkloadsRequest, context: grpc.ServicerContext) -> api.ListWorkloadsResponse:  # noqa: N802
+        size = request.page_size or self.settings.api.default_page_size
+        if size < 0 or size > self.settings.api.max_page_size:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                   f"page_size: must be between 1 and {self.settings.api.max_page_size}", [(FIELD_KEY, "page_size")])
+        offset = 0
+        if request.page_token:
+            try:
+                offset = int(request.page_token)
+                if offset < 0:
+                    raise ValueError
+            except ValueError:
+                _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "page_token: not a token this server issued",
+                       [(FIELD_KEY, "page_token")])
+        if request.state and request.state not in api.WorkloadState.values():
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "state: unknown workload state", [(FIELD_KEY, "state")])
+        items, nxt = self.engine.store.list(tenant=request.tenant, state=request.state, cluster=request.cluster,
+                                            offset=offset, limit=size)
+        return api.ListWorkloadsResponse(workloads=items, next_page_token="" if nxt is None else str(nxt))
+
+    def WatchWorkload(self, request: api.WatchWorkloadRequest, context: grpc.ServicerContext):  # noqa: N802
+        self._get_or_abort(request.id, context)
+        yield from self.engine.store.watch(request.id, is_active=context.is_active)
+
+    def CancelWorkload(self, request: api.CancelWorkloadRequest, context: grpc.ServicerContext) -> api.Workload:  # noqa: N802
+        self._get_or_abort(request.id, context)
+        w = self.engine.cancel(request.id)
+        if w is None:
+            _abort(context, grpc.StatusCode.NOT_FOUND, f"workload {request.id!r} not found")
+        if w.state == api.WORKLOAD_STATE_FAILED:
+            _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"workload {request.id} already failed: {w.message}")
+        return w
+
+    def ListClusters(self, request: api.ListClustersRequest, context: grpc.ServicerContext) -> api.ListClustersResponse:  # noqa: N802
+        return api.ListClustersResponse(clusters=self.engine.registry.cluster_messages())
+
+
+def _deny(handler: grpc.RpcMethodHandler | None, message: str) -> grpc.RpcMethodHandler:
+    def abort(request: object, context: grpc.ServicerContext) -> None:
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    def abort_stream(request: object, context: grpc.ServicerContext):
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        yield  # pragma: no cover
+
+    kw = {}
+    if handler is not None:
+        kw = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
+    if handler is not None and handler.response_streaming and not handler.request_streaming:
+        return grpc.unary_stream_rpc_method_handler(abort_stream, **kw)
+    return grpc.unary_unary_rpc_method_handler(abort, **kw)
+
+
+class BearerTokenInterceptor(grpc.ServerInterceptor):
+    """Rejects calls without a valid ``authorization: Bearer <token>`` before any servicer runs."""
+
+    def __init__(self, tokens: Sequence[str]) -> None:
+        self._tokens = [t.encode() for t in tokens if t]
+        self.rejected = 0
+
+    def intercept_service(self, continuation: Callable, handler_call_details: grpc.HandlerCallDetails):
+        method = handler_call_details.method or ""
+        if method.startswith(OPEN_PREFIXES):
+            return continuation(handler_call_details)
+        header = ""
+        for key, value in handler_call_details.invocation_metadata or ():
+            if key == "authorization":
+                header = value if isinstance(value, str) else value.decode()
+                break
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            self.rejected += 1
+            return _deny(continuation(handler_call_details), "missing bearer token (authorization: Bearer <token>)")
+        if not any(hmac.compare_digest(token.encode(), t) for t in self._tokens):
+            self.rejected += 1
+            return _deny(continuation(handler_call_details), "invalid bearer token")
+        return continuation(handler_call_details)
+
+
+ServiceHook = Callable[[grpc.Server], str]
+"""Registers an extra service on the server (e.g. the energy reports) and returns its full name."""
+
+
+@dataclass
+class RunningServer:
+    server: grpc.Server
+    port: int
+    engine: GlobalScheduler
+    health: health.HealthServicer
+    interceptor: BearerTokenInterceptor | None
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        self.health.enter_graceful_shutdown()
+        self.server.stop(grace_s).wait(grace_s + 1)
+        self.engine.stop()
+
+
+def build_server(engine: GlobalScheduler, settings: GlobalSchedulerSettings | None = None, *,
+                 extra_services: Sequence[ServiceHook] = ()) -> RunningServer:
+    """Create, bind and start the server (and the engine's workers). ``listen`` port 0 picks a free one."""
+    settings = settings or engine.settings
+    interceptor = BearerTokenInterceptor(settings.api.auth_tokens) if settings.api.auth_tokens else None
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=settings.api.max_workers),
+                         interceptors=[interceptor] if interceptor else [],
+                         options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 4 * 2**20)])
+    api_grpc.add_GlobalSchedulerServicer_to_server(GlobalSchedulerServicer(engine), server)
+    names = [SERVICE_NAME]
+    for hook in extra_services:
+        names.append(hook(server))
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in ["", *names]:
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    api_cfg = settings.api
+    if api_cfg.tls_cert_file and api_cfg.tls_key_file:
+        creds = grpc.ssl_server_credentials([(api_cfg.tls_key_file.read_bytes(), api_cfg.tls_cert_file.read_bytes())])
+        port = server.add_secure_port(api_cfg.listen, creds)
+    else:
+        port = server.add_insecure_port(api_cfg.listen)
+    if port == 0:
+        raise RuntimeError(f"could not bind the gRPC API to {api_cfg.listen}")
+    engine.start()
+    server.start()
+    log.info("global scheduler API on port %d (%s, auth %s)", port, "TLS" if api_cfg.tls_cert_file else "plaintext",
+             "on" if interceptor else "off")
+    return RunningServer(server, port, engine, health_servicer, interceptor)

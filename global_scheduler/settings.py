@@ -1,0 +1,60 @@
+"""Settings of the global scheduler, nested and read from the environment.
+
+Environment variables use the prefix ``MERIDIAN_GLOBAL_`` and ``__`` between levels, e.g.
+``MERIDIAN_GLOBAL_API__LISTEN=0.0.0.0:50051`` or ``MERIDIAN_GLOBAL_API__AUTH_TOKENS='["s3cret"]'``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ApiSettings(BaseModel):
+    listen: str = Field("127.0.0.1:50051", description="host:port of the gRPC API. Loopback by default; "
+                        "bind 0.0.0.0 only with TLS and tokens configured.")
+    max_workers: int = Field(32, ge=1, description="gRPC handler threads. Watches hold one each while open, "
+                             "so this bounds concurrent watches plus in-flight unary calls.")
+    auth_tokens: list[str] = Field(default_factory=list, description="Accepted bearer tokens; empty disables "
+                                   "authentication (loopback development only).")
+    tls_cert_file: Path | None = Field(None, description="PEM server certificate; with tls_key_file enables TLS.")
+    tls_key_file: Path | None = Field(None, description="PEM private key of tls_cert_file.")
+    max_page_size: int = Field(1000, ge=1, description="Largest ListWorkloads page (workloads).")
+    default_page_size: int = Field(100, ge=1, description="ListWorkloads page size when the request gives none.")
+
+
+class BusSettings(BaseModel):
+    url: str = Field("redis://127.0.0.1:6379/0", description="Stream bus URL (redis://… or memory://).")
+    key_prefix: str = Field("", description="Prefix of every stream and key (tests isolate themselves with it).")
+    dispatch_maxlen: int = Field(100_000, ge=1000, description="Approximate bound (entries) of each dispatch "
+                                 "stream; a regional worker acknowledges within seconds, so this is hours of backlog.")
+    poll_block_ms: int = Field(200, ge=1, description="Longest a consumer blocks waiting for entries (ms).")
+
+
+class RegistrySettings(BaseModel):
+    cluster_timeout_s: float = Field(15.0, gt=0, description="A cluster with no summary for this long is down "
+                                     "and its workloads are rerouted; 1.5 regional summary intervals (10 s).")
+    sweep_interval_s: float = Field(1.0, gt=0, description="How often liveness is checked (s).")
+    default_rtt_ms: float = Field(80.0, gt=0, description="Round trip assumed between two regions that have no "
+                                  "known coordinates (ms).")
+
+
+class RoutingSettings(BaseModel):
+    policy: str = Field("gnn", description="Routing policy name (global_scheduler.routing.registry).")
+    checkpoint: Path | None = Field(None, description="GNN checkpoint; default: the committed gnn/checkpoints/router.pt.")
+    batch_max: int = Field(1024, ge=1, description="Most workloads routed per pass of the router loop; one "
+                           "dispatch pipeline per pass.")
+    defer_recheck_s: float = Field(300.0, gt=0, description="A deferred workload is routed again after this "
+                                   "long (s); carbon intensity is hourly, so 5 minutes loses nothing.")
+    max_attempts: int = Field(5, ge=1, description="Reroutes after rejections or failovers before a workload FAILs.")
+
+
+class GlobalSchedulerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MERIDIAN_GLOBAL_", env_nested_delimiter="__")
+
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    bus: BusSettings = Field(default_factory=BusSettings)
+    registry: RegistrySettings = Field(default_factory=RegistrySettings)
+    routing: RoutingSettings = Field(default_factory=RoutingSettings)

@@ -1,0 +1,195 @@
+"""What the routing GNN sees: per-cluster features, per-workload features and the link features.
+
+The global scheduler (live, from the cluster registry) and the federation simulator fill the same
+:class:`ClusterFeatures` and :class:`WorkloadFeatures`, so a model trained in simulation runs
+unchanged against live summaries. Everything is a float32 numpy array over clusters; the tensors
+are built with one ``torch.from_numpy`` per block (no Python loop over clusters).
+
+Normalisation constants are part of the contract (a checkpoint records ``FEATURE_VERSION``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+FEATURE_VERSION = 1
+
+# Scales that bring raw units to roughly [0, 1].
+CARBON_SCALE_G_PER_KWH = 400.0
+PRICE_SCALE_PER_MWH = 300.0
+RTT_SCALE_MS = 200.0
+BANDWIDTH_SCALE_GBPS = 100.0
+DEADLINE_SCALE_H = 24.0
+
+CLUSTER_FEATURES = (
+    "free_cpu_fraction", "free_memory_fraction", "free_gpu_fraction", "utilisation_after",
+    "fragmentation", "carbon_now", "carbon_forecast", "carbon_min_until_deadline", "carbon_rank",
+    "price", "pue_excess", "queue_length", "slo_violation_rate", "fits_fraction", "rtt_over_slo",
+    "latency_margin", "capacity_share", "is_origin_region",
+)
+WORKLOAD_FEATURES = (
+    "cpu_share", "memory_share", "gpu_per_replica", "replicas", "deferrable", "deadline_hours",
+    "latency_slo", "w_performance", "w_cost", "w_energy", "w_fairness", "tenant_satisfaction",
+    "expected_duration",
+)
+EDGE_FEATURES = ("rtt", "bandwidth")
+
+
+@dataclass
+class ClusterFeatures:
+    """State of every cluster at one decision, raw units (normalised by :func:`cluster_matrix`)."""
+
+    region_index: np.ndarray  # int64 (n,)
+    alloc_milli_cpu: np.ndarray  # float (n,)
+    alloc_memory_bytes: np.ndarray
+    alloc_gpu: np.ndarray
+    free_milli_cpu: np.ndarray
+    free_memory_bytes: np.ndarray
+    free_gpu: np.ndarray
+    max_node_free_milli_cpu: np.ndarray
+    max_node_free_memory_bytes: np.ndarray
+    fragmentation: np.ndarray  # 0..1
+    carbon_now: np.ndarray  # gCO2/kWh
+    carbon_forecast: np.ndarray  # gCO2/kWh, mean of the next hours' forecast
+    carbon_forecast_hourly: np.ndarray  # (n, H) forecast for the next H hours (H >= 1)
+    price_per_mwh: np.ndarray
+    pue: np.ndarray
+    queue_length: np.ndarray
+    slo_violation_rate: np.ndarray  # 0..1, recent
+    ready: np.ndarray  # bool
+    rtt_ms: np.ndarray  # (n_regions, n_regions)
+    bandwidth_gbps: np.ndarray  # (n_regions, n_regions)
+    service_ms: float = 5.0  # per-request service time used by the M/M/1 latency estimate
+
+    @property
+    def n(self) -> int:
+        return int(self.region_index.shape[0])
+
+
+@dataclass
+class WorkloadFeatures:
+    replicas: int
+    milli_cpu: float
+    memory_bytes: float
+    gpu: float  # whole GPUs per replica (a share counts as its fraction)
+    origin_region: int  # -1 = none
+    latency_slo_ms: float  # 0 = none
+    allowed_regions: np.ndarray | None  # bool (n_regions,), None = all
+    deferrable: bool
+    deadline_hours: float  # hours left until the latest start (0 if not deferrable)
+    weights: tuple[float, float, float, float]  # perf, cost, energy, fairness
+    tenant_satisfaction: float = 1.0  # share of the tenant's workloads served well so far
+    expected_duration_h: float = 1.0
+
+
+def _safe_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.divide(a, b, out=np.zeros_like(a, dtype=np.float64), where=b > 0)
+
+
+def available_replicas(c: ClusterFeatures, w: WorkloadFeatures) -> np.ndarray:
+    """How many replicas of ``w`` each cluster can still take (Karmada's estimator, aggregate form)."""
+    big = np.full(c.n, 1e9)
+    by_cpu = np.floor(_safe_div(c.free_milli_cpu, np.full(c.n, w.milli_cpu))) if w.milli_cpu > 0 else big
+    by_mem = np.floor(_safe_div(c.free_memory_bytes, np.full(c.n, w.memory_bytes))) if w.memory_bytes > 0 else big
+    by_gpu = np.floor(_safe_div(c.free_gpu + 1e-9, np.full(c.n, w.gpu))) if w.gpu > 0 else big
+    fits_one = (c.max_node_free_milli_cpu >= w.milli_cpu) & (c.max_node_free_memory_bytes >= w.memory_bytes)
+    return np.where(fits_one & c.ready, np.minimum(np.minimum(by_cpu, by_mem), by_gpu), 0.0)
+
+
+def utilisation_after(c: ClusterFeatures, w: WorkloadFeatures) -> np.ndarray:
+    """Dominant-resource utilisation of each cluster if the workload went there."""
+    add = float(w.replicas)
+    cpu = 1 - _safe_div(c.free_milli_cpu - add * w.milli_cpu, c.alloc_milli_cpu)
+    mem = 1 - _safe_div(c.free_memory_bytes - add * w.memory_bytes, c.alloc_memory_bytes)
+    gpu = np.where(c.alloc_gpu > 0, 1 - _safe_div(c.free_gpu - add * w.gpu, c.alloc_gpu), 0.0)
+    return np.clip(np.maximum(np.maximum(cpu, mem), gpu), 0.0, 1.0)
+
+
+def latency_ms(c: ClusterFeatures, w: WorkloadFeatures, utilisation: np.ndarray) -> np.ndarray:
+    """Round trip from the workload's origin plus an M/M/1 response time at that utilisation."""
+    rtt = c.rtt_ms[w.origin_region, c.region_index] if w.origin_region >= 0 else np.zeros(c.n)
+    return rtt + c.service_ms / np.maximum(1.0 - utilisation, 0.01)
+
+
+def carbon_min_until_deadline(c: ClusterFeatures, w: WorkloadFeatures) -> np.ndarray:
+    if not w.deferrable:
+        return c.carbon_now
+    horizon = int(max(1, min(np.floor(w.deadline_hours) + 1, c.carbon_forecast_hourly.shape[1])))
+    return np.minimum(c.carbon_now, c.carbon_forecast_hourly[:, :horizon].min(axis=1))
+
+
+def cluster_matrix(c: ClusterFeatures, w: WorkloadFeatures) -> np.ndarray:
+    """(n, len(CLUSTER_FEATURES)) float32, the workload-dependent columns included."""
+    util_after = utilisation_after(c, w)
+    fits = available_replicas(c, w)
+    slo = w.latency_slo_ms if w.latency_slo_ms > 0 else 1e4
+    rtt = c.rtt_ms[w.origin_region, c.region_index] if w.origin_region >= 0 else np.zeros(c.n)
+    lat = latency_ms(c, w, util_after)
+    lo, hi = float(c.carbon_now.min()), float(c.carbon_now.max())
+    total_cpu = float(c.alloc_milli_cpu.sum()) or 1.0
+    cols = [
+        _safe_div(c.free_milli_cpu, c.alloc_milli_cpu),
+        _safe_div(c.free_memory_bytes, c.alloc_memory_bytes),
+        _safe_div(c.free_gpu, c.alloc_gpu),
+        util_after,
+        c.fragmentation,
+        c.carbon_now / CARBON_SCALE_G_PER_KWH,
+        c.carbon_forecast / CARBON_SCALE_G_PER_KWH,
+        carbon_min_until_deadline(c, w) / CARBON_SCALE_G_PER_KWH,
+        (c.carbon_now - lo) / (hi - lo) if hi > lo else np.zeros(c.n),
+        c.price_per_mwh / PRICE_SCALE_PER_MWH,
+        c.pue - 1.0,
+        np.minimum(c.queue_length / 10.0, 1.0),
+        c.slo_violation_rate,
+        np.minimum(fits / max(w.replicas, 1), 1.0),
+        np.minimum(rtt / slo, 2.0),
+        np.clip((slo - lat) / slo, -1.0, 1.0),
+        c.alloc_milli_cpu / total_cpu * c.n,
+        (c.region_index == w.origin_region).astype(np.float64),
+    ]
+    return np.stack(cols, axis=1).astype(np.float32)
+
+
+def workload_vector(c: ClusterFeatures, w: WorkloadFeatures) -> np.ndarray:
+    mean_cpu = float(c.alloc_milli_cpu.mean()) or 1.0
+    mean_mem = float(c.alloc_memory_bytes.mean()) or 1.0
+    return np.array([
+        w.replicas * w.milli_cpu / mean_cpu * 10,
+        w.replicas * w.memory_bytes / mean_mem * 10,
+        w.gpu,
+        np.log1p(w.replicas) / 3,
+        float(w.deferrable),
+        min(w.deadline_hours, 48.0) / DEADLINE_SCALE_H,
+        min(w.latency_slo_ms, 1000.0) / RTT_SCALE_MS,
+        *w.weights,
+        w.tenant_satisfaction,
+        np.log1p(w.expected_duration_h) / 5,
+    ], dtype=np.float32)
+
+
+def feasible_mask(c: ClusterFeatures, w: WorkloadFeatures) -> tuple[np.ndarray, dict[str, int]]:
+    """Hard constraints: ready, allowed region, room for every replica, RTT within the SLO.
+
+    Returns the mask and a diagnosis: for each failed constraint, on how many clusters it failed.
+    """
+    reasons: dict[str, int] = {}
+    mask = c.ready.copy()
+    if (~c.ready).any():
+        reasons["cluster not ready"] = int((~c.ready).sum())
+    if w.allowed_regions is not None:
+        ok = w.allowed_regions[c.region_index]
+        if (mask & ~ok).any():
+            reasons["region not allowed (data residency)"] = int((mask & ~ok).sum())
+        mask &= ok
+    if w.origin_region >= 0 and w.latency_slo_ms > 0:
+        ok = c.rtt_ms[w.origin_region, c.region_index] + c.service_ms < w.latency_slo_ms
+        if (mask & ~ok).any():
+            reasons["round trip from origin exceeds the latency SLO"] = int((mask & ~ok).sum())
+        mask &= ok
+    ok = available_replicas(c, w) >= w.replicas
+    if (mask & ~ok).any():
+        reasons["insufficient free capacity for all replicas"] = int((mask & ~ok).sum())
+    mask &= ok
+    return mask, reasons

@@ -1,0 +1,242 @@
+"""The regional side of dispatch: consume ``meridian:dispatch:{cluster}``, place replicas, report back.
+
+One worker per cluster stream (kopf-style: keyword-only parameters, back-off over a sequence of
+delays, cleans up after itself). For each ``PlaceWorkload`` it places every replica with the
+placement policy from :mod:`regional_scheduler.policies.registry` through the staged
+:class:`~regional_scheduler.framework.Scheduler` (filters → score → select → assign) on a
+:class:`~meridian.cluster_state.ClusterState`, all or nothing: if one replica does not fit, the
+ones already placed are released and a ``FAILED`` event says why (the filter diagnosis), so the
+global scheduler reroutes. On success it publishes ``SCHEDULED`` (with the nodes) and, on a
+simulated cluster where pods start at once, ``RUNNING``. ``ReleaseWorkload`` frees the replicas
+(cancel, failover, failback) and answers ``RELEASED``.
+
+The payload contract is the proto (``protos/dispatch.proto``); this module does not import the
+global scheduler. Delivery is at least once (consumer group, ack after apply, ``XAUTOCLAIM`` of a
+dead consumer's pending entries), so application is idempotent per ``(workload_id, attempt)``: a
+redelivered place of an attempt already applied is acknowledged without placing twice.
+
+It also publishes a ``ClusterSummary`` of its (simulated) cluster to ``meridian:summary`` every
+``summary_interval_s``, which is how the global registry learns about a simulated cluster.
+
+Hazards: the placement table lives in memory, so a restarted worker forgets its placements (a real
+cluster's binder would rebuild it from the API server); malformed entries are dead-lettered.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from meridian.bus import (
+    SUMMARY_STREAM,
+    BusError,
+    BusUnavailableError,
+    StreamBus,
+    dispatch_stream,
+    events_stream,
+)
+from meridian.bus.base import StreamEntry
+from meridian.cluster_state import ClusterState, Placement
+from meridian.metrics import seed_fragmentation_score
+from meridian.model import Node, Pod, Resources
+from protos import dispatch_pb2 as dpb
+from protos import telemetry_pb2 as tpb
+from regional_scheduler.framework import Scheduler
+from regional_scheduler.policies.registry import get_policy
+
+log = logging.getLogger(__name__)
+GROUP = "regional-dispatch"
+
+
+class DispatchWorkerSettings(BaseSettings):
+    """Environment: ``MERIDIAN_DISPATCH_*``."""
+
+    model_config = SettingsConfigDict(env_prefix="MERIDIAN_DISPATCH_")
+
+    cluster: str = Field("local", description="This cluster's name (selects meridian:dispatch:{cluster}).")
+    region: str = Field("local", description="Region reported in the cluster summaries.")
+    policy: str = Field("best-fit", description="Placement policy name from regional_scheduler.policies.registry.")
+    batch: int = Field(256, ge=1, description="Entries read per poll; a batch is acknowledged together.")
+    block_ms: int = Field(200, ge=1, description="Longest wait for new entries per poll (ms).")
+    claim_idle_ms: int = Field(30_000, ge=1000, description="Pending entries idle this long belong to a dead "
+                               "consumer and are claimed (XAUTOCLAIM); longer than any single apply.")
+    summary_interval_s: float = Field(5.0, gt=0, description="Seconds between summaries of a simulated cluster.")
+    carbon_g_per_kwh: float = Field(0.0, ge=0, description="Grid intensity reported for a simulated cluster.")
+    pue: float = Field(1.2, ge=1, description="PUE reported for a simulated cluster.")
+    backoff_s: tuple[float, ...] = Field((0.2, 0.5, 1.0, 2.0, 5.0), description="Delays while the bus is down.")
+    events_maxlen: int = Field(100_000, ge=1000, description="Approximate bound of the events stream (entries).")
+
+
+@dataclass
+class Held:
+    attempt: int
+    pods: list[tuple[Pod, Placement]] = field(default_factory=list)
+
+
+class DispatchWorker:
+    def __init__(self, *, bus: StreamBus, state: ClusterState, settings: DispatchWorkerSettings,
+                 consumer: str | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.bus = bus
+        self.state = state
+        self.settings = settings
+        self.cluster = settings.cluster
+        self.consumer = consumer or f"{settings.cluster}-{uuid.uuid4().hex[:6]}"
+        self.clock = clock
+        self.scheduler = Scheduler(get_policy(settings.policy))
+        self.held: dict[str, Held] = {}
+        self.applied: set[tuple[str, int]] = set()
+        self.lock = threading.Lock()
+        self.sequence = 0
+        self.stream = dispatch_stream(self.cluster)
+        self.events = events_stream(self.cluster)
+        self.placed_total = 0
+        self.failed_total = 0
+
+    # ------------------------------------------------------------------ apply
+    def _event(self, wid: str, attempt: int, phase: int, reason: str = "", nodes: Sequence[str] = ()) -> bytes:
+        return dpb.PlacementEvent(workload_id=wid, attempt=attempt, cluster=self.cluster, phase=phase, reason=reason,
+                                  nodes=list(nodes), time_s=self.clock()).SerializeToString()
+
+    def _release(self, wid: str) -> bool:
+        held = self.held.pop(wid, None)
+        if held is None:
+            return False
+        for pod, placement in held.pods:
+            self.state.release(pod, placement)
+        return True
+
+    def place(self, msg: dpb.PlaceWorkload) -> list[bytes]:
+        key = (msg.workload_id, msg.attempt)
+        with self.lock:
+            if key in self.applied:
+                return []  # redelivery of an attempt already applied
+            self.applied.add(key)
+            if msg.workload_id in self.held:
+                self._release(msg.workload_id)  # an older attempt routed here before
+            r = msg.requests
+            requests = Resources(milli_cpu=r.milli_cpu, memory_bytes=r.memory_bytes, gpu=r.gpu, gpu_milli=r.gpu_milli)
+            held = Held(msg.attempt)
+            for i in range(max(msg.replicas, 0)):
+                pod = Pod(name=f"{msg.name}-{msg.workload_id[:8]}-{i}", requests=requests, priority=msg.priority,
+                          tenant=msg.tenant or "default")
+                decision = self.scheduler.schedule(self.state, pod)
+                if decision.placement is None:
+                    for p, pl in held.pods:
+                        self.state.release(p, pl)
+                    why = decision.diagnosis.summary if decision.diagnosis is not None else "no node fits"
+                    self.failed_total += 1
+                    return [self._event(msg.workload_id, msg.attempt, dpb.PLACEMENT_PHASE_FAILED,
+                                        f"replica {i + 1}/{msg.replicas}: {why}")]
+                self.state.allocate(pod, decision.placement)
+                held.pods.append((pod, decision.placement))
+            self.held[msg.workload_id] = held
+            self.placed_total += 1
+            nodes = [self.state.names[pl.node] for _, pl in held.pods]
+        return [self._event(msg.workload_id, msg.attempt, dpb.PLACEMENT_PHASE_SCHEDULED, nodes=nodes),
+                self._event(msg.workload_id, msg.attempt, dpb.PLACEMENT_PHASE_RUNNING, nodes=nodes)]
+
+    def release(self, msg: dpb.ReleaseWorkload) -> list[bytes]:
+        with self.lock:
+            held = self.held.get(msg.workload_id)
+            if held is None or held.attempt > msg.attempt:
+                self.applied.add((msg.workload_id, msg.attempt))  # a late place of this attempt is void
+                return []
+            self._release(msg.workload_id)
+        return [self._event(msg.workload_id, msg.attempt, dpb.PLACEMENT_PHASE_RELEASED, msg.reason)]
+
+    def handle(self, entry: StreamEntry) -> list[bytes]:
+        msg = dpb.DispatchMessage.FromString(entry.payload)
+        kind = msg.WhichOneof("action")
+        if kind == "place":
+            if not msg.place.workload_id or msg.place.replicas < 1:
+                raise ValueError("place without a workload id or replicas")
+            return self.place(msg.place)
+        if kind == "release":
+            return self.release(msg.release)
+        raise ValueError("dispatch message with neither place nor release")
+
+    def poll_once(self, *, block_ms: int | None = None) -> int:
+        """Read (and claim stale) entries, apply, publish events, acknowledge. Returns entries handled."""
+        entries = self.bus.claim_stale(self.stream, GROUP, self.consumer, min_idle_ms=self.settings.claim_idle_ms,
+                                       count=self.settings.batch)
+        entries += self.bus.read_group(self.stream, GROUP, self.consumer, count=self.settings.batch,
+                                       block_ms=self.settings.block_ms if block_ms is None else block_ms)
+        if not entries:
+            return 0
+        out: list[bytes] = []
+        for entry in entries:
+            try:
+                out.extend(self.handle(entry))
+            except Exception as exc:
+                self.bus.dead_letter(self.stream, entry, reason=f"cannot apply: {exc}", group=GROUP,
+                                     consumer=self.consumer)
+        if out:
+            self.bus.publish_many(self.events, out, maxlen=self.settings.events_maxlen)
+        self.bus.ack(self.stream, GROUP, [e.entry_id for e in entries])
+        return len(entries)
+
+    # ------------------------------------------------------------------ summaries
+    def summary(self) -> tpb.ClusterSummary:
+        with self.lock:
+            st = self.state
+            sched = st.schedulable
+            free_cpu = np.where(sched, st.free_milli_cpu, 0)
+            free_mem = np.where(sched, st.free_memory_bytes, 0)
+            self.sequence += 1
+            busy = (st.req_milli_cpu > 0) & sched
+            power = float(np.where(busy, 150.0 + 300.0 * st.req_milli_cpu / np.maximum(st.alloc_milli_cpu, 1), 0).sum())
+            return tpb.ClusterSummary(
+                cluster=self.cluster, region=self.settings.region, sequence=self.sequence,
+                generated_unix_ms=int(self.clock() * 1000), nodes_total=st.n_nodes,
+                nodes_schedulable=int(sched.sum()), nodes_stale=0,
+                allocatable=tpb.ResourceVector(milli_cpu=int(st.alloc_milli_cpu[sched].sum()),
+                                               memory_bytes=int(st.alloc_memory_bytes[sched].sum()),
+                                               gpu=int(st.gpu_count[sched].sum())),
+                requested=tpb.ResourceVector(milli_cpu=int(st.req_milli_cpu[sched].sum()),
+                                             memory_bytes=int(st.req_memory_bytes[sched].sum())),
+                free=tpb.ResourceVector(milli_cpu=int(free_cpu.sum()), memory_bytes=int(free_mem.sum()),
+                                        gpu=int(st.gpu_full_free[sched].sum())),
+                gpu_free_milli=int(st.gpu_free_milli[sched].sum()), gpu_devices_idle=int(st.gpu_full_free[sched].sum()),
+                max_node_free_milli_cpu=int(free_cpu.max(initial=0)),
+                max_node_free_memory_bytes=int(free_mem.max(initial=0)),
+                fragmentation_score=seed_fragmentation_score(st) if st.n_nodes else 0.0,
+                power_watts=power, carbon_g_per_kwh=self.settings.carbon_g_per_kwh,
+                carbon_g_per_s=power * self.settings.pue * self.settings.carbon_g_per_kwh / 3.6e6,
+                pue=self.settings.pue)
+
+    def publish_summary(self) -> None:
+        self.bus.publish(SUMMARY_STREAM, self.summary().SerializeToString(), maxlen=10_000)
+
+    # ------------------------------------------------------------------ loop
+    def run(self, stop: threading.Event, *, summaries: bool = True) -> None:
+        self.bus.ensure_group(self.stream, GROUP, start_id="0")
+        failures = 0
+        next_summary = 0.0
+        while not stop.is_set():
+            try:
+                if summaries and time.monotonic() >= next_summary:
+                    self.publish_summary()
+                    next_summary = time.monotonic() + self.settings.summary_interval_s
+                self.poll_once()
+                failures = 0
+            except (BusUnavailableError, BusError) as exc:
+                delay = self.settings.backoff_s[min(failures, len(self.settings.backoff_s) - 1)]
+                failures += 1
+                log.warning("dispatch worker %s: bus unavailable (%s); retrying in %.1f s", self.cluster, exc, delay)
+                stop.wait(delay)
+
+
+def simulated_cluster(nodes: Sequence[Node], *, start: int = 0, count: int | None = None) -> ClusterState:
+    """A simulated cluster from a slice of a node list (e.g. the openb nodes)."""
+    chosen = list(nodes[start:start + count] if count is not None else nodes[start:])
+    if not chosen:
+        raise ValueError("a simulated cluster needs at least one node")
+    return ClusterState.from_nodes(chosen)
