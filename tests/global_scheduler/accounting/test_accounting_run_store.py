@@ -192,3 +192,14 @@ def test_federation_hook_records_the_simulators_intervals(tmp_path):
     assert report.totals.carbon_kg == pytest.approx(expected_carbon)
     assert report.groups["t"].energy_kwh == pytest.approx(3 * 1.0)  # 1 kWh IT per hour on c1
     assert report.counterfactual is not None and report.counterfactual.carbon_saved_kg > 0
+
+
+def test_unknown_time_is_reported_not_interpolated(tmp_path):
+    rec = RunRecorder([ClusterSpec(name="c", region="r", pue=1.0)], policy="p")
+    # 1 kW mean over the 2700 s that telemetry covered of a one-hour interval; 900 s unseen
+    rec.record_interval(T0, T0 + 3600, power_watts=[1000.0], unknown_s=[900.0], carbon_intensity_g_per_kwh=[100.0],
+                        price_per_mwh=[10.0])
+    report = build_report(load_run(save_run(tmp_path / "r", {"p": rec}, primary="p")))
+    assert report.totals.energy_kwh == pytest.approx(0.75)
+    assert report.totals.unknown_seconds == pytest.approx(900.0)
+    assert any("900 cluster-seconds had no telemetry" in n for n in report.notes)
