@@ -137,7 +137,7 @@ def bench_telemetry(
     payload_bytes = int(sum(map(len, payloads)) / len(payloads))
     with console.status("raw XADD …"):
         raw_python = _raw_xadd_python(bus, payloads, raw_seconds, chunk)
-        raw_rb = _raw_xadd_redis_benchmark(redis_url, key_prefix, payload_bytes, requests=int(max(raw_seconds, 1) * 200_000))
+        raw_rb = _raw_xadd_redis_benchmark(redis_url, key_prefix, payload_bytes, requests=max(int(raw_seconds * 300_000), 20_000))
     del sample, payloads
 
     bus.delete(stream)

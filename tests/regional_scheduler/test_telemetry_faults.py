@@ -1,0 +1,137 @@
+"""Fault tests of the telemetry fabric, each on its own ``redis-server`` (fixture ``redis_server``).
+
+* a consumer killed (SIGKILL) after reading and applying a batch but before acknowledging it:
+  another consumer claims the pending entries with XAUTOCLAIM and every report is applied exactly once;
+* Redis killed and restarted under a running agent and consumer: both resume, the reports the agent
+  buffered during the outage arrive and are applied, nothing is dropped.
+
+Nothing here passes or fails on timing: waits poll a condition under a generous deadline.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+import redis
+
+from meridian.bus import RedisStreamBus, telemetry_stream
+from meridian.fleet import SimulatedFleet
+from meridian.telemetry import TelemetryBatch
+from node_agent.agent import NodeAgent, SimulatedReporter
+from node_agent.publisher import ReportPublisher
+from regional_scheduler.telemetry_state import TelemetryConsumer, TelemetryConsumerSettings, TelemetryState
+
+CLUSTER = "faulty"
+STREAM = telemetry_stream(CLUSTER)
+DEADLINE_S = 60.0
+
+
+def wait_for(condition: Callable[[], bool], what: str, deadline_s: float = DEADLINE_S) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if condition():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Audit:
+    """Records every (node, sequence) a consumer applied."""
+
+    def __init__(self) -> None:
+        self.applied: list[tuple[str, int]] = []
+
+    def __call__(self, batch: TelemetryBatch, rows: np.ndarray) -> None:
+        self.applied.extend((batch.node[r], int(batch.sequence[r])) for r in rows.tolist())
+
+
+DOOMED_CONSUMER = textwrap.dedent("""
+    import sys, time
+    from meridian.bus import RedisStreamBus
+    from meridian.telemetry import decode_reports
+    from regional_scheduler.telemetry_state import TelemetryState
+    url, stream, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    bus = RedisStreamBus(url)
+    bus.ensure_group(stream, "regional")
+    entries = bus.read_group(stream, "regional", "doomed", count=count)
+    batch, _ = decode_reports(entries, cluster="faulty")
+    TelemetryState(cluster="faulty").apply(batch)      # applied in its own memory, never acknowledged
+    print("APPLIED", len(entries), flush=True)
+    time.sleep(3600)
+""")
+
+
+def test_killed_consumer_is_taken_over_and_every_report_applied_once(redis_server) -> None:
+    bus = RedisStreamBus(redis_server.url)
+    fleet = SimulatedFleet(cluster=CLUSTER, region="r", n_nodes=50, start_sequence=0)
+    published: list[tuple[str, int]] = []
+    for round_ in range(4):
+        fleet.advance(float(round_))
+        payloads = fleet.reports(float(round_))
+        bus.publish_many(STREAM, payloads)
+        published.extend((name, round_ + 1) for name in fleet.names)
+    doomed = subprocess.Popen([sys.executable, "-c", DOOMED_CONSUMER, redis_server.url, STREAM, "120"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert doomed.stdout is not None
+        assert doomed.stdout.readline().split() == ["APPLIED", "120"]
+    finally:
+        doomed.kill()  # SIGKILL mid-batch: applied, never acknowledged
+        doomed.wait(timeout=10)
+    assert bus.pending(STREAM, "regional") == 120
+    claim_after_ms = 200
+    raw = redis.Redis.from_url(redis_server.url)
+    wait_for(lambda: all(p["time_since_delivered"] >= claim_after_ms
+                         for p in raw.xpending_range(STREAM, "regional", "-", "+", 200)), "entries to go idle")
+    audit = Audit()
+    settings = TelemetryConsumerSettings(cluster=CLUSTER, consumer="survivor", block_ms=0, batch_count=1000,
+                                         claim_min_idle_ms=claim_after_ms, claim_interval_s=0.0)
+    state = TelemetryState(cluster=CLUSTER)
+    survivor = TelemetryConsumer(bus=bus, state=state, settings=settings, on_applied=audit)
+    wait_for(lambda: survivor.step() == 0 and bus.pending(STREAM, "regional") == 0, "the survivor to drain")
+    assert sorted(audit.applied) == sorted(published)  # every report exactly once
+    assert state.duplicate_total == 0 and state.stale_sequence_total == 0
+    assert state.state.last_seq.tolist() == [4] * 50
+    bus.close()
+    raw.close()
+
+
+def test_agent_and_consumer_resume_after_redis_restart(redis_server) -> None:
+    agent_bus = RedisStreamBus(redis_server.url, connect_timeout_s=0.5, socket_timeout_s=2.0)
+    consumer_bus = RedisStreamBus(redis_server.url, connect_timeout_s=0.5, socket_timeout_s=2.0)
+    fleet = SimulatedFleet(cluster=CLUSTER, region="r", n_nodes=20, start_sequence=0)
+    publisher = ReportPublisher(bus=agent_bus, stream=STREAM, buffer_max=20 * 500, backoff_s=(0.05, 0.1))
+    agent = NodeAgent(reporter=SimulatedReporter(fleet), publisher=publisher, interval_s=0.05, jitter_s=0.0)
+    audit = Audit()
+    settings = TelemetryConsumerSettings(cluster=CLUSTER, consumer="c", block_ms=100, backoff_s=(0.05, 0.1, 0.2))
+    state = TelemetryState(cluster=CLUSTER, stale_after_s=3600)
+    consumer = TelemetryConsumer(bus=consumer_bus, state=state, settings=settings, on_applied=audit)
+    stop = threading.Event()
+    threads = [threading.Thread(target=agent.run, args=(stop,), daemon=True),
+               threading.Thread(target=consumer.run, args=(stop,), daemon=True)]
+    for t in threads:
+        t.start()
+    try:
+        wait_for(lambda: state.applied_total >= 40, "reports before the outage")
+        redis_server.kill()
+        wait_for(lambda: publisher.failures >= 2 and len(publisher.buffer) >= 40, "the agent to buffer")
+        made_during_outage = int(fleet.sequence.min())
+        redis_server.start()
+        wait_for(lambda: bool((state.state.last_seq > made_during_outage + 2).all()), "the consumer to catch up")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=10)
+    applied = set(audit.applied)
+    buffered = {(name, seq) for name in fleet.names for seq in range(made_during_outage - 1, made_during_outage + 1)}
+    assert buffered <= applied, "reports buffered during the outage were not applied"
+    assert publisher.dropped_total == 0
+    assert len(audit.applied) == len(applied)  # nothing applied twice
+    agent_bus.close()
+    consumer_bus.close()
