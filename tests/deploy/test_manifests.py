@@ -14,6 +14,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from meridian import quantity
+
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 #: The Kubernetes version manifests are validated against (kubernetes-validate's bundled schemas).
 KUBERNETES_VERSION = "1.31.0"
@@ -51,6 +53,32 @@ def test_manifest_validates_strictly(entry: tuple[str, int, dict[str, Any]]) -> 
         kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
     except kubernetes_validate.ValidationError as exc:
         pytest.fail(f"{_id(entry)}: {exc.message} at {'/'.join(str(p) for p in exc.path)}")
+
+
+def _resource_quantities(node: Any, where: str = "") -> list[tuple[str, Any]]:
+    """Every value under a ``resources.requests``/``resources.limits`` mapping, with its path."""
+    found: list[tuple[str, Any]] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "resources" and isinstance(value, dict):
+                for section in ("requests", "limits"):
+                    for name, quantity_value in (value.get(section) or {}).items():
+                        found.append((f"{where}/resources/{section}/{name}", quantity_value))
+            found.extend(_resource_quantities(value, f"{where}/{key}"))
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            found.extend(_resource_quantities(item, f"{where}/{i}"))
+    return found
+
+
+@pytest.mark.parametrize("entry", DOCUMENTS, ids=[_id(e) for e in DOCUMENTS])
+def test_resource_quantities_parse(entry: tuple[str, int, dict[str, Any]]) -> None:
+    # The JSON schema accepts any string for a quantity; Kubernetes' own parser does not.
+    for where, value in _resource_quantities(entry[2]):
+        try:
+            quantity.parse(value, field=where)
+        except quantity.QuantityError as exc:
+            pytest.fail(f"{_id(entry)}: {exc}")
 
 
 def _find(kind: str, name: str) -> dict[str, Any]:
