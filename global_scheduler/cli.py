@@ -1,9 +1,365 @@
-"""CLI commands contributed to ``meridian`` through the ``meridian.cli`` entry point."""
+"""CLI commands contributed to ``meridian`` through the ``meridian.cli`` entry point.
+
+Operators: ``submit``, ``get``, ``ls``, ``watch``, ``cancel``, ``clusters`` (they speak to the API at
+``--api`` / ``$MERIDIAN_API``, with ``--token`` / ``$MERIDIAN_TOKEN``); ``global-scheduler`` serves
+the API. Benchmarks: ``bench routing`` and ``bench api``. Training: ``train routing``.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
 from meridian.cli import CliRoot
+
+console = Console()
+log = logging.getLogger(__name__)
+
+API_OPT = typer.Option(None, "--api", envvar="MERIDIAN_API", help="host:port of the global API (default 127.0.0.1:50051).")
+TOKEN_OPT = typer.Option(None, "--token", envvar="MERIDIAN_TOKEN", help="Bearer token.")
+CA_OPT = typer.Option(None, "--ca", help="PEM file of the CA that signed the server's certificate (enables TLS).")
+
+
+def _traces_default() -> Path:
+    from meridian.traces import default_traces_dir
+
+    return default_traces_dir()
+
+
+def _client(api: str | None, token: str | None, ca: Path | None):
+    from global_scheduler.client import GlobalClient
+
+    return GlobalClient(api, token=token, root_certificates=ca.read_bytes() if ca else None)
+
+
+def _rpc_error(exc: Exception) -> None:
+    import grpc
+
+    if isinstance(exc, grpc.RpcError):
+        code = exc.code().name if exc.code() else "UNKNOWN"  # type: ignore[attr-defined]
+        console.print(f"[red]{code}[/red]: {exc.details()}")  # type: ignore[attr-defined]
+        raise typer.Exit(2) from None
+    raise exc
+
+
+def _row(w: Any) -> list[str]:
+    from global_scheduler.client import state_name
+
+    return [w.id, w.spec.name, w.spec.tenant, state_name(w.state), w.cluster or "-", w.region or "-", str(w.attempt),
+            w.message]
+
+
+def _workload_table(items: list[Any]) -> Table:
+    table = Table("id", "name", "tenant", "state", "cluster", "region", "attempt", "message")
+    for w in items:
+        table.add_row(*_row(w))
+    return table
+
+
+def _as_json(w: Any) -> dict[str, Any]:
+    from google.protobuf.json_format import MessageToDict
+
+    return MessageToDict(w, preserving_proto_field_name=True)
 
 
 def register(cli: CliRoot) -> None:
     """Add this component's commands to the ``meridian`` CLI."""
+    app, bench, train = cli.app, cli.bench, cli.train
+
+    @app.command("submit")
+    def submit(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="Workload YAML."),
+               idempotency_key: str = typer.Option("", "--idempotency-key", help="Overrides the file's key."),
+               output: str = typer.Option("table", "--output", "-o", help="table | json"),
+               api: str | None = API_OPT, token: str | None = TOKEN_OPT, ca: Path | None = CA_OPT) -> None:
+        """Submit a workload described in FILE.yaml."""
+        from global_scheduler.client import WorkloadFileError, load_workload_file
+
+        try:
+            spec, key = load_workload_file(file)
+        except WorkloadFileError as exc:
+            console.print(f"[red]invalid workload file[/red]: {exc}")
+            raise typer.Exit(2) from None
+        with _client(api, token, ca) as client:
+            try:
+                w = client.submit(spec, idempotency_key or key)
+            except Exception as exc:
+                _rpc_error(exc)
+        if output == "json":
+            typer.echo(json.dumps(_as_json(w), indent=2))
+        else:
+            console.print(_workload_table([w]))
+
+    @app.command("get")
+    def get(workload_id: str = typer.Argument(..., metavar="ID"),
+            output: str = typer.Option("table", "--output", "-o", help="table | json"),
+            api: str | None = API_OPT, token: str | None = TOKEN_OPT, ca: Path | None = CA_OPT) -> None:
+        """Show one workload."""
+        with _client(api, token, ca) as client:
+            try:
+                w = client.get(workload_id)
+            except Exception as exc:
+                _rpc_error(exc)
+        if output == "json":
+            typer.echo(json.dumps(_as_json(w), indent=2))
+        else:
+            console.print(_workload_table([w]))
+
+    @app.command("ls")
+    def ls(tenant: str = typer.Option("", help="Only this tenant."),
+           state: str = typer.Option("", help="Only this state (pending, dispatched, scheduled, running, failed, cancelled)."),
+           cluster: str = typer.Option("", help="Only this cluster."),
+           limit: int = typer.Option(100, help="At most this many rows."),
+           output: str = typer.Option("table", "--output", "-o", help="table | json"),
+           api: str | None = API_OPT, token: str | None = TOKEN_OPT, ca: Path | None = CA_OPT) -> None:
+        """List workloads (all pages, up to --limit)."""
+        from protos import global_api_pb2 as pb
+
+        state_value = 0
+        if state:
+            try:
+                state_value = pb.WorkloadState.Value("WORKLOAD_STATE_" + state.upper())
+            except ValueError:
+                raise typer.BadParameter(f"unknown state {state!r}", param_hint="--state") from None
+        items = []
+        with _client(api, token, ca) as client:
+            try:
+                for w in client.list(tenant=tenant, state=state_value, cluster=cluster, page_size=min(limit, 1000)):
+                    items.append(w)
+                    if len(items) >= limit:
+                        break
+            except Exception as exc:
+                _rpc_error(exc)
+        if output == "json":
+            typer.echo(json.dumps([_as_json(w) for w in items], indent=2))
+        else:
+            console.print(_workload_table(items))
+
+    @app.command("watch")
+    def watch(workload_id: str = typer.Argument(..., metavar="ID"),
+              timeout_s: float = typer.Option(0.0, "--timeout", help="Stop after this many seconds (0 = until terminal)."),
+              api: str | None = API_OPT, token: str | None = TOKEN_OPT, ca: Path | None = CA_OPT) -> None:
+        """Stream a workload's state changes until it is Failed or Cancelled (Ctrl-C to stop)."""
+        from global_scheduler.client import state_name
+
+        with _client(api, token, ca) as client:
+            try:
+                for w in client.watch(workload_id, timeout_s=timeout_s or None):
+                    stamp = time.strftime("%H:%M:%S", time.gmtime(w.updated_unix_s))
+                    console.print(f"{stamp}  {state_name(w.state):<10} {w.cluster or '-':<16} {w.message}")
+            except KeyboardInterrupt:
+                pass
+            except Exception as exc:
+                import grpc
+
+                if isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    return
+                _rpc_error(exc)
+
+    @app.command("cancel")
+    def cancel(workload_id: str = typer.Argument(..., metavar="ID"),
+               api: str | None = API_OPT, token: str | None = TOKEN_OPT, ca: Path | None = CA_OPT) -> None:
+        """Cancel a workload (its cluster releases it)."""
+        with _client(api, token, ca) as client:
+            try:
+                w = client.cancel(workload_id)
+            except Exception as exc:
+                _rpc_error(exc)
+        console.print(_workload_table([w]))
+
+    @app.command("clusters")
+    def clusters(output: str = typer.Option("table", "--output", "-o", help="table | json"),
+                 api: str | None = API_OPT, token: str | None = TOKEN_OPT, ca: Path | None = CA_OPT) -> None:
+        """The clusters the global scheduler knows, with free capacity and grid intensity."""
+        with _client(api, token, ca) as client:
+            try:
+                items = client.clusters()
+            except Exception as exc:
+                _rpc_error(exc)
+        if output == "json":
+            typer.echo(json.dumps([_as_json(c) for c in items], indent=2))
+            return
+        table = Table("cluster", "region", "ready", "nodes", "free CPU", "free memory", "free GPUs", "gCO2/kWh")
+        for c in items:
+            table.add_row(c.name, c.region, "yes" if c.ready else "[red]no[/red]", str(c.nodes),
+                          f"{c.free_milli_cpu / 1000:.0f}/{c.allocatable_milli_cpu / 1000:.0f}",
+                          f"{c.free_memory_bytes / 2**30:.0f}/{c.allocatable_memory_bytes / 2**30:.0f} Gi",
+                          f"{c.free_gpus}/{c.gpus}", f"{c.carbon_g_per_kwh:.0f}")
+        console.print(table)
+
+    @app.command("global-scheduler")
+    def serve(listen: str | None = typer.Option(None, help="host:port (default from MERIDIAN_GLOBAL_API__LISTEN)."),
+              bus: str | None = typer.Option(None, help="Bus URL (default from MERIDIAN_GLOBAL_BUS__URL)."),
+              policy: str | None = typer.Option(None, help="Routing policy (default gnn)."),
+              energy: bool = typer.Option(True, help="Serve EnergyReports from the Redis energy ledger too."),
+              metrics_port: int = typer.Option(0, help="Serve Prometheus metrics on this port (0 = off)."),
+              ) -> None:
+        """Serve the global API (settings: MERIDIAN_GLOBAL_* environment variables)."""
+        from global_scheduler.scheduler import GlobalScheduler
+        from global_scheduler.server import build_server
+        from global_scheduler.settings import GlobalSchedulerSettings
+        from meridian.bus import open_bus
+
+        settings = GlobalSchedulerSettings()
+        if listen:
+            settings.api.listen = listen
+        if bus:
+            settings.bus.url = bus
+        if policy:
+            settings.routing.policy = policy
+        hooks = []
+        if energy and settings.bus.url.startswith(("redis://", "rediss://", "unix://")):
+            try:
+                import redis
+
+                from global_scheduler.accounting.ledger import RedisLedger
+                from global_scheduler.accounting.service import SERVICE_NAME, add_energy_service
+
+                ledger = RedisLedger(redis.Redis.from_url(settings.bus.url), prefix=settings.bus.key_prefix + "meridian:")
+
+                def _energy(server: Any) -> str:
+                    add_energy_service(server, ledger)
+                    return SERVICE_NAME
+
+                hooks.append(_energy)
+            except ImportError as exc:  # the accounting package is optional for the API
+                log.warning("energy reports not served: %s", exc)
+        if metrics_port:
+            from prometheus_client import start_http_server
+
+            start_http_server(metrics_port)
+        engine = GlobalScheduler(settings=settings, bus=open_bus(settings.bus.url, key_prefix=settings.bus.key_prefix))
+        running = build_server(engine, extra_services=hooks)
+        console.print(f"global scheduler listening on port {running.port} (policy {settings.routing.policy})")
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        stop.wait()
+        running.stop()
+
+    @bench.command("routing")
+    def bench_routing(
+        policies: str = typer.Option(",".join(("gnn", "karmada", "least-carbon", "least-cost", "round-robin", "random")),
+                                     help="Comma-separated routing policies."),
+        carbon: Path | None = typer.Option(None, "--carbon", help="Carbon series folder (default: shared carbon/)."),
+        prices: Path | None = typer.Option(None, "--prices", help="ENTSO-E price CSV (default: the shared one)."),
+        start: str = typer.Option("12-01", "--start", help="Window start, MM-DD or YYYY-MM-DD (held-back default)."),
+        days: int = typer.Option(7, "--days", min=1, max=60),
+        clusters: int = typer.Option(12, "--clusters", min=1, max=1000),
+        seed: int = typer.Option(0, "--seed"),
+        checkpoint: Path | None = typer.Option(None, "--checkpoint", help="GNN checkpoint (default: committed)."),
+        traces: Path | None = typer.Option(None, "--traces", help="Shared traces folder."),
+        json_out: Path | None = typer.Option(None, "--json", help="Write the results as JSON here."),
+        save_run: Path | None = typer.Option(None, "--save-run", help="Save per-interval accounting for `report energy`."),
+    ) -> None:
+        """Compare routing policies on the held-back federation window (real carbon, prices, DLRM workloads)."""
+        from global_scheduler.bench_routing import bench_config, comparison, run_routing_bench
+        from global_scheduler.routing.registry import names
+
+        names_list = [p.strip() for p in policies.split(",") if p.strip()]
+        unknown = [p for p in names_list if p not in names()]
+        if unknown:
+            raise typer.BadParameter(f"unknown {unknown}; known: {', '.join(names())}", param_hint="--policies")
+        traces_dir = traces or _traces_default()
+        try:
+            cfg = bench_config(start=start, days=days, clusters=clusters, seed=seed, traces_dir=traces_dir,
+                               carbon_dir=carbon, prices_file=prices)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        hooks: dict[str, Any] = {}
+        on_interval = None
+        if save_run is not None:
+            from global_scheduler.accounting.run_store import FederationRunHook
+
+            def on_interval(name: str) -> Any:
+                hooks[name] = FederationRunHook(name)
+                return hooks[name]
+        with console.status("routing…") as status:
+            results = run_routing_bench(cfg, traces_dir=traces_dir, policies=names_list, carbon_dir=carbon,
+                                        prices_file=prices, checkpoint=checkpoint, on_interval=on_interval,
+                                        progress=lambda name: status.update(f"routing with {name}…"))
+        table = Table(title=f"routing: {cfg.clusters} clusters in {len(cfg.regions)} regions, {cfg.days} days from "
+                      f"{cfg.start}, {next(iter(results.values()))['workloads']} workloads")
+        for col in ("policy", "energy kWh", "carbon kg", "cost EUR", "SLO viol.", "failures", "deadline miss",
+                    "Jain", "p50 ms", "p99 ms"):
+            table.add_column(col, justify="right")
+        for name, r in results.items():
+            table.add_row(name, f"{r['energy_kwh']:,.0f}", f"{r['carbon_kg']:,.0f}", f"{r['cost']:,.0f}",
+                          str(r["slo_violations"]), str(r["failures"]), str(r["deadline_misses"]),
+                          f"{r['jain_fairness']:.3f}", f"{r['decision_ms_p50']:.3f}", f"{r['decision_ms_p99']:.3f}")
+        console.print(table)
+        summary = comparison(results)
+        if summary:
+            console.print(summary)
+        if save_run is not None and hooks:
+            from global_scheduler.accounting.run_store import save_federation_run
+
+            path = save_federation_run(save_run, hooks, provenance={"command": "meridian bench routing",
+                                                                    "config": {k: str(v) for k, v in cfg.__dict__.items()}})
+            console.print(f"run saved to {path}")
+        if json_out is not None:
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+            json_out.write_text(json.dumps({"config": {k: (list(v) if isinstance(v, tuple) else v)
+                                                       for k, v in cfg.__dict__.items()},
+                                            "policies": results, "comparison": summary}, indent=2, default=str))
+
+    @bench.command("api")
+    def bench_api(
+        duration: float = typer.Option(10.0, "--duration", help="Seconds of sustained load (60 for the target)."),
+        rate: float = typer.Option(1200.0, "--rate", help="Offered SubmitWorkload calls per second (all clients)."),
+        clients: int = typer.Option(2, "--clients", min=1, help="Client processes."),
+        clusters: int = typer.Option(10, "--clusters", min=1),
+        policy: str = typer.Option("gnn", "--policy", help="Routing policy the server uses."),
+        redis_url: str = typer.Option("redis://127.0.0.1:6379/0", "--redis", help="Redis for the dispatch streams."),
+        json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here."),
+    ) -> None:
+        """Sustained SubmitWorkload load over loopback; checks every accepted workload is dispatched once."""
+        from global_scheduler.bench_api import run_api_bench
+
+        with console.status(f"{rate:.0f} calls/s for {duration:.0f} s…"):
+            r = run_api_bench(redis_url=redis_url, rate=rate, duration_s=duration, clients=clients, clusters=clusters,
+                              policy=policy)
+        table = Table(title=f"SubmitWorkload over loopback ({clients} client processes, policy {policy})")
+        for col in ("offered/s", "accepted", "errors", "throughput/s", "p50 ms", "p99 ms", "max ms", "dispatched",
+                    "duplicates", "missing"):
+            table.add_column(col, justify="right")
+        table.add_row(f"{r.offered_per_s:.0f}", str(r.accepted), str(r.errors), f"{r.throughput_per_s:.0f}",
+                      f"{r.latency_ms_p50:.1f}", f"{r.latency_ms_p99:.1f}", f"{r.latency_ms_max:.1f}",
+                      str(r.dispatched_unique), str(r.duplicates), str(r.missing))
+        console.print(table)
+        if json_out is not None:
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+            json_out.write_text(json.dumps(r.as_dict(), indent=2))
+
+    @train.command("routing")
+    def train_routing_cmd(
+        out: Path = typer.Option(Path("gnn/checkpoints/router.pt"), "--out", help="Checkpoint to write."),
+        iterations: int = typer.Option(3, help="DAgger passes (the first follows the teacher)."),
+        episodes: int = typer.Option(6, help="Simulated episodes per pass."),
+        days: int = typer.Option(5, help="Days per training episode."),
+        epochs: int = typer.Option(6, help="Passes over the collected decisions after each DAgger pass."),
+        seed: int = typer.Option(0),
+        traces: Path | None = typer.Option(None, "--traces", help="Shared traces folder."),
+    ) -> None:
+        """Train the GNN router on simulated federations (training regions, Jan-Oct, trace days 0-18)."""
+        import torch
+        from rich.progress import Progress
+
+        from global_scheduler.routing_training import TrainConfig, train_routing
+
+        torch.set_num_threads(1)
+        tc = TrainConfig(iterations=iterations, episodes_per_iteration=episodes, days=days, epochs=epochs, seed=seed)
+        with Progress(console=console) as progress:
+            task = progress.add_task("training", total=1.0)
+            meta = train_routing(tc, traces or _traces_default(), out,
+                                 progress=lambda msg, frac: progress.update(task, completed=frac, description=msg))
+        console.print(f"checkpoint written to {out}")
+        console.print(meta["history"])

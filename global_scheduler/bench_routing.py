@@ -1,0 +1,110 @@
+"""``meridian bench routing``: every routing policy over the same held-back federation window.
+
+The default window and regions are the evaluation set that training never saw (``gnn/README.md``):
+December (2023 for the Electricity Maps zones, 2020 for the Let's Wait Awhile ones), regions
+including ``uk-south`` and ``sa-east``, and the last week of the DLRM trace.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from global_scheduler.federation_sim import (
+    REGIONS,
+    FederationConfig,
+    FederationSim,
+    IntervalRecord,
+    load_grid,
+)
+from global_scheduler.routing.registry import get_policy
+
+DEFAULT_POLICIES = ("gnn", "karmada", "least-carbon", "least-cost", "round-robin", "random")
+JSON_KEYS = ("energy_kwh", "carbon_kg", "cost", "slo_violations", "failures", "deadline_misses", "jain_fairness",
+             "decision_ms_p50", "decision_ms_p99")
+
+
+def parse_start(text: str) -> tuple[str, int | None]:
+    """``MM-DD`` or ``YYYY-MM-DD`` → (``MM-DD``, year or None)."""
+    try:
+        if len(text) == 5:
+            datetime.strptime(f"2000-{text}", "%Y-%m-%d")
+            return text, None
+        d = datetime.strptime(text, "%Y-%m-%d")
+        return f"{d.month:02d}-{d.day:02d}", d.year
+    except ValueError:
+        raise ValueError(f"--start: {text!r} is not MM-DD or YYYY-MM-DD") from None
+
+
+def bench_config(*, start: str = "12-01", days: int = 7, clusters: int = 12, seed: int = 0,
+                 traces_dir: Path, carbon_dir: Path | None = None, prices_file: Path | None = None,
+                 regions: Sequence[str] | None = None) -> FederationConfig:
+    month_day, year = parse_start(start)
+    cfg = FederationConfig(start=month_day, days=days, clusters=clusters, seed=seed)
+    if regions:
+        unknown = [r for r in regions if r not in REGIONS]
+        if unknown:
+            raise ValueError(f"--regions: unknown {unknown}; known: {sorted(REGIONS)}")
+        cfg = replace(cfg, regions=tuple(regions))
+    if year is not None:
+        grid = load_grid(traces_dir, carbon_dir, prices_file)
+        m, d = (int(x) for x in month_day.split("-"))
+        begin = datetime(year, m, d, tzinfo=UTC)
+        years = {}
+        for name in cfg.regions:
+            series = grid.carbon.get(REGIONS[name].carbon_zone)
+            if series is not None and series.start <= begin and (begin - series.start).days + days + 3 <= len(series) / 24:
+                years[name] = year
+        cfg = replace(cfg, region_years=years)
+    return cfg
+
+
+def run_routing_bench(cfg: FederationConfig, *, traces_dir: Path, policies: Sequence[str] = DEFAULT_POLICIES,
+                      carbon_dir: Path | None = None, prices_file: Path | None = None, checkpoint: Path | None = None,
+                      on_interval: Callable[[str], Callable[[list[IntervalRecord]], None] | None] | None = None,
+                      progress: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
+    """Run each policy on the same simulated federation; returns ``{policy: metrics}``.
+
+    ``on_interval(policy)`` may return a per-interval callback (per-cluster power, energy, carbon and
+    cost records), which is how ``--save-run`` records the run.
+    """
+    sim = FederationSim(cfg, traces_dir, carbon_dir=carbon_dir, prices_file=prices_file)
+    results: dict[str, dict[str, Any]] = {}
+    for name in policies:
+        kwargs = {"checkpoint": checkpoint} if name == "gnn" and checkpoint else {}
+        policy = get_policy(name, **kwargs)
+        if progress:
+            progress(name)
+        t0 = time.perf_counter()
+        hook = on_interval(name) if on_interval else None
+        result = sim.run(policy, on_interval=hook)
+        out = result.as_dict()
+        out["wall_s"] = round(time.perf_counter() - t0, 2)
+        if getattr(policy, "fallbacks", 0):
+            out["model_fallbacks"] = policy.fallbacks  # type: ignore[attr-defined]
+        results[name] = out
+    return results
+
+
+def comparison(results: dict[str, dict[str, Any]], learned: str = "gnn") -> dict[str, Any]:
+    """The headline checks of the issue, computed from one run."""
+    if learned not in results:
+        return {}
+    g = results[learned]
+    out: dict[str, Any] = {}
+    if "karmada" in results:
+        k = results["karmada"]
+        out["carbon_reduction_vs_karmada"] = 1 - g["carbon_kg"] / k["carbon_kg"] if k["carbon_kg"] else None
+        out["no_worse_than_karmada_on_slo_failures_deadlines"] = (
+            g["slo_violations"] <= k["slo_violations"] and g["failures"] <= k["failures"]
+            and g["deadline_misses"] <= k["deadline_misses"])
+    if "least-carbon" in results:
+        lc = results["least-carbon"]
+        out["carbon_vs_least_carbon"] = g["carbon_kg"] / lc["carbon_kg"] - 1 if lc["carbon_kg"] else None
+        out["slo_violations_vs_least_carbon"] = (g["slo_violations"], lc["slo_violations"])
+        out["jain_vs_least_carbon"] = (g["jain_fairness"], lc["jain_fairness"])
+    return out
