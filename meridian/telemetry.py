@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import chain
 from operator import attrgetter
 
 import numpy as np
@@ -107,8 +108,7 @@ def decode_reports(entries: Sequence[StreamEntry], *, cluster: str | None = None
     kept: list[StreamEntry] = []
     rows: list[tuple] = []
     gpu_rows: list[int] = []
-    gpu_slots: list[int] = []
-    gpu_free_values: list[int] = []
+    gpu_lists: list = []  # the reports' packed gpu_free_milli containers, flattened once after the loop
     labels: dict[int, dict[str, str]] = {}
     taints: dict[int, tuple[Taint, ...]] = {}
     read = _READ_FIELDS
@@ -132,10 +132,8 @@ def decode_reports(entries: Sequence[StreamEntry], *, cluster: str | None = None
         row = len(rows)
         free = m.gpu_free_milli
         if free:
-            n_dev = len(free)
-            gpu_rows.extend([row] * n_dev)
-            gpu_slots.extend(range(n_dev))
-            gpu_free_values.extend(free)
+            gpu_rows.append(row)
+            gpu_lists.append(free)
         if values[-1]:
             labels[row] = dict(m.labels)
             taints[row] = _taints(tuple((t.key, t.value, t.effect) for t in m.taints))
@@ -157,16 +155,19 @@ def decode_reports(entries: Sequence[StreamEntry], *, cluster: str | None = None
     if unset.any():
         alloc_cpu = np.where(unset, ints("capacity_milli_cpu"), alloc_cpu)
         alloc_mem = np.where(unset, ints("capacity_memory_bytes"), alloc_mem)
-    gpu_count = np.where(unset, ints("capacity_gpu"), ints("allocatable_gpu"))
+    gpu_count = ints("allocatable_gpu")
+    if unset.any():
+        gpu_count = np.where(unset, ints("capacity_gpu"), gpu_count)
     gpu_free = np.zeros((n, MAX_GPUS), dtype=np.int64)
     gpu_reported = np.zeros(n, dtype=bool)
     if gpu_rows:
-        slots = np.array(gpu_slots, dtype=np.int64)
+        counts = np.fromiter(map(len, gpu_lists), dtype=np.int64, count=len(gpu_lists))
+        values = np.fromiter(chain.from_iterable(gpu_lists), dtype=np.int64, count=int(counts.sum()))
+        row_idx = np.repeat(np.array(gpu_rows, dtype=np.int64), counts)
+        slots = np.arange(values.size) - np.repeat(np.cumsum(counts) - counts, counts)
         ok = slots < MAX_GPUS
-        row_idx = np.array(gpu_rows, dtype=np.int64)
-        gpu_free[row_idx[ok], slots[ok]] = np.clip(np.array(gpu_free_values, dtype=np.int64)[ok], 0,
-                                                   MILLI_GPU_PER_DEVICE)
-        gpu_reported[row_idx] = True
+        gpu_free[row_idx[ok], slots[ok]] = np.clip(values[ok], 0, MILLI_GPU_PER_DEVICE)
+        gpu_reported[np.array(gpu_rows, dtype=np.int64)] = True
     batch = TelemetryBatch(
         node=list(col["node"]), sequence=ints("sequence"), observed_s=floats("observed_unix_ms") / 1000.0,
         alloc_milli_cpu=alloc_cpu, alloc_memory_bytes=alloc_mem, gpu_count=gpu_count,
