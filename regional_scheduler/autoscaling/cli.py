@@ -1,9 +1,169 @@
-"""CLI commands contributed to ``meridian`` through the ``meridian.cli`` entry point."""
+"""CLI commands contributed to ``meridian`` through the ``meridian.cli`` entry point.
+
+* ``meridian bench autoscale``: every policy on held-back days of every series (table + ``--json``).
+* ``meridian train autoscale``: train the DQN on training days and write the checkpoint.
+* ``meridian autoscaler``: the serving loop (replays a series as the metrics source), driving a
+  Deployment's scale subresource and/or serving KEDA's external-scaler gRPC API, with shadow mode.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
 from meridian.cli import CliRoot
+
+DEFAULT_TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+log = logging.getLogger(__name__)
+
+
+def _series_arg(series: list[Path] | None) -> list[Path]:
+    from regional_scheduler.autoscaling.request_series import shared_series_paths
+
+    if series:
+        return series
+    found = shared_series_paths(DEFAULT_TRACES)
+    if not found:
+        raise typer.BadParameter(f"no --series given and no shared series under {DEFAULT_TRACES}")
+    return found
+
+
+def bench_autoscale(
+    series: list[Path] | None = typer.Option(None, "--series", help="Request-rate CSV (repeatable); default: "
+                                             "every shared series."),
+    policies: str = typer.Option("hpa,forecast,learned", "--policies", help="Comma-separated policy names."),
+    checkpoint: Path | None = typer.Option(None, "--checkpoint", help="DQN checkpoint (default: committed)."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the results as JSON to this file."),
+) -> None:
+    """Compare autoscaling policies on held-back days (never used for training or calibration)."""
+    from regional_scheduler.autoscaling.benchmark import run_benchmark
+    from regional_scheduler.autoscaling.policies.registry import REGISTRY
+
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    unknown = [n for n in names if n not in REGISTRY]
+    if unknown:
+        raise typer.BadParameter(f"unknown policies {unknown}; known: {sorted(REGISTRY)}")
+    paths = _series_arg(series)
+    console = Console()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        task = progress.add_task("autoscale", total=len(paths) * len(names))
+
+        def advance(label: str) -> None:
+            progress.update(task, advance=1, description=label)
+
+        report = run_benchmark(paths, names, checkpoint=checkpoint, advance=advance)
+    table = Table(title="Autoscaling on held-back days")
+    for column in ("series", "policy", "SLO-violation min", "p99 ms", "replica-h", "scale events",
+                   "viol. reduction", "replica-h ratio", "target"):
+        table.add_column(column, justify="right" if column not in ("series", "policy") else "left")
+    for name, entry in report["series"].items():
+        for policy, result in entry["policies"].items():
+            vs = entry.get("vs_hpa", {}).get(policy)
+            table.add_row(name, policy, str(result["slo_violation_minutes"]), f"{result['p99_latency_ms']:.0f}",
+                          f"{result['replica_hours']:.1f}", str(result["scale_events"]),
+                          f"{vs['violation_reduction']:.0%}" if vs else "", f"{vs['replica_hours_ratio']:.2f}" if vs else "",
+                          ("met" if vs["meets_target"] else "missed") if vs else "")
+    console.print(table)
+    if json_out is not None:
+        json_out.write_text(json.dumps(report, indent=2))
+        console.print(f"wrote {json_out}")
+
+
+def train_autoscale(
+    series: list[Path] | None = typer.Option(None, "--series", help="Training series (repeatable); default: "
+                                             "every shared series (training days only)."),
+    steps: int = typer.Option(60_000, "--steps", help="Environment steps (one per simulated minute)."),
+    seed: int = typer.Option(0, "--seed"),
+    violation_penalty: float = typer.Option(2.0, "--violation-penalty",
+                                            help="Reward cost of one SLO-violation minute, in reference-replica minutes / 20."),
+    out: Path | None = typer.Option(None, "--out", help="Checkpoint path (default: the committed one)."),
+) -> None:
+    """Train the DQN autoscaler on training days and write a checkpoint."""
+    from regional_scheduler.autoscaling.dqn.checkpoint import DEFAULT_CHECKPOINT
+    from regional_scheduler.autoscaling.training import train_autoscaler
+
+    paths = _series_arg(series)
+    target = out or DEFAULT_CHECKPOINT
+    with Progress(TextColumn("train autoscale"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[stats]}")) as progress:
+        task = progress.add_task("train", total=steps, stats="")
+
+        def on_step(step: int, stats: dict[str, float]) -> None:
+            if step % 500 == 0 or step == steps:
+                progress.update(task, completed=step, stats=" ".join(f"{k}={v:.3g}" for k, v in stats.items()))
+
+        _, metadata = train_autoscaler(paths, total_steps=steps, seed=seed, out=target,
+                                       violation_penalty=violation_penalty, progress=on_step)
+    typer.echo(f"wrote {target} (trained on {[s['name'] for s in metadata['series']]})")
+
+
+def autoscaler(
+    deployment: str = typer.Option(..., "--deployment", help="Deployment whose scale subresource is driven."),
+    namespace: str = typer.Option("default", "--namespace"),
+    replay: Path = typer.Option(..., "--replay", help="Request-rate CSV replayed as the metrics source "
+                                "(one row per --interval)."),
+    interval_s: float = typer.Option(60.0, "--interval", help="Seconds between decisions."),
+    drive_scale: bool = typer.Option(False, "--drive-scale/--no-drive-scale",
+                                     help="Write spec.replicas of the Deployment's scale subresource."),
+    dry_run: bool = typer.Option(True, "--dry-run/--no-dry-run", help="Server-side dry run of scale writes."),
+    keda: bool = typer.Option(True, "--keda/--no-keda", help="Serve KEDA's external scaler gRPC API."),
+    policy: str = typer.Option("learned", "--policy"),
+    shadow: str | None = typer.Option(None, "--shadow", help="Also run this policy in shadow mode."),
+    minutes: int | None = typer.Option(None, "--minutes", help="Stop after this many decisions."),
+) -> None:
+    """Run the autoscaling loop: decisions to the scale subresource and/or to KEDA."""
+    from regional_scheduler.autoscaling.k8s_driver import ScaleSubresourceDriver
+    from regional_scheduler.autoscaling.keda_scaler import PredictiveExternalScaler, serve
+    from regional_scheduler.autoscaling.online import OnlineAutoscaler, ServiceSample
+    from regional_scheduler.autoscaling.policies.registry import build_policy
+    from regional_scheduler.autoscaling.request_series import load_request_series
+    from regional_scheduler.autoscaling.settings import AutoscalerSettings
+    from regional_scheduler.autoscaling.shadow import ShadowRunner
+
+    settings = AutoscalerSettings()
+    live = build_policy(policy)
+    runner = ShadowRunner(live, build_policy(shadow)) if shadow else live
+    online = OnlineAutoscaler(runner, settings)
+    series = load_request_series(replay)
+    driver = ScaleSubresourceDriver.from_cluster(name=deployment, namespace=namespace, dry_run=dry_run) \
+        if drive_scale else None
+    stop = threading.Event()
+    server = None
+    if keda:
+        server, _ = serve(PredictiveExternalScaler(lambda _ref: online.current_desired(), settings.keda, stop),
+                          settings.keda.address)
+    replicas = 1
+    try:
+        for i, rate in enumerate(series.requests_per_minute[: minutes or None]):
+            desired = online.update(ServiceSample(float(rate) if rate == rate else 0.0, replicas, 0, None, 0.0, 0.0))
+            if driver is not None:
+                driver.set_replicas(desired)
+            replicas = desired
+            if isinstance(runner, ShadowRunner) and runner.records:
+                r = runner.records[-1]
+                log.info("minute %d: live=%d shadow=%d", i, r.live_replicas, r.shadow_replicas)
+            else:
+                log.info("minute %d: desired=%d", i, desired)
+            time.sleep(interval_s)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop.set()
+        if server is not None:
+            server.stop(grace=1.0)
 
 
 def register(cli: CliRoot) -> None:
     """Add this component's commands to the ``meridian`` CLI."""
+    cli.bench.command("autoscale")(bench_autoscale)
+    cli.train.command("autoscale")(train_autoscale)
+    cli.app.command("autoscaler")(autoscaler)

@@ -24,6 +24,7 @@ calibrated on training days, and the DQN learns a state-dependent head-room on t
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -102,12 +103,9 @@ class SeasonalForecaster:
             shift = d * MINUTES_PER_DAY
             if shift < n:
                 lagged[d - 1, shift:] = smooth[: n - shift]
-        with np.errstate(all="ignore"):
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", category=RuntimeWarning)
-                base = np.nanmedian(lagged, axis=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", category=RuntimeWarning)
+            base = np.nanmedian(lagged, axis=0)
         filled = _hold_last(rate)
         known = np.isfinite(rate) & np.isfinite(base)
         observed_sum = _trailing_sum(np.where(known, rate, 0.0), self.level_window_min)
@@ -115,11 +113,14 @@ class SeasonalForecaster:
         with np.errstate(invalid="ignore", divide="ignore"):
             level = np.where(base_sum > 1e-9, observed_sum / base_sum, 1.0)
         level = np.clip(level, *self.level_clip)
-        # Spread: RMS of the one-minute-ahead error over the last hour, the noise a decision cannot see.
+        # Spread: robust scale (1.4826 × median absolute one-minute-ahead error) over the last hour, the
+        # noise a decision cannot see. The median keeps one burst from inflating the head-room for an hour.
         one_step = np.where(np.isfinite(base[1:]), level[:-1] * base[1:], filled[:-1])
-        error = np.concatenate([[0.0], np.where(np.isfinite(rate[1:]), rate[1:] - one_step, 0.0)])
-        counted = np.concatenate([[0.0], np.isfinite(rate[1:]).astype(float)])
-        squared = _trailing_sum(error**2, self.spread_window_min)
-        count = np.maximum(_trailing_sum(counted, self.spread_window_min), 1.0)
-        spread = np.sqrt(squared / count)
+        error = np.concatenate([[np.nan], np.abs(rate[1:] - one_step)])
+        padded = np.concatenate([np.full(self.spread_window_min - 1, np.nan), error])
+        windows = np.lib.stride_tricks.sliding_window_view(padded, self.spread_window_min)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", category=RuntimeWarning)
+            spread = 1.4826 * np.nanmedian(windows, axis=1)
+        spread = np.where(np.isfinite(spread), spread, 0.0)
         return SeasonalForecast(base=base, level=level, last_observed=filled, spread=spread)

@@ -65,7 +65,7 @@ class RunResult:
     tick_s: float
 
     def summary(self, first_minute: int = 0) -> dict[str, float]:
-        tpm = int(round(60 / self.tick_s))
+        tpm = round(60 / self.tick_s)
         first_tick = first_minute * tpm
         observed = self.minute_observed[first_minute:]
         weights = self.tick_weight[first_tick:] * np.repeat(observed, tpm)[: self.tick_weight.size - first_tick]
@@ -95,7 +95,7 @@ class ServiceSimulator:
     def __init__(self, load_per_minute: np.ndarray, service: ServiceSettings, *, initial_replicas: int,
                  start_minute: int = 0, end_minute: int | None = None) -> None:
         self.service = service
-        self.ticks_per_minute = int(round(60 / service.tick_s))
+        self.ticks_per_minute = round(60 / service.tick_s)
         if abs(self.ticks_per_minute * service.tick_s - 60) > 1e-9:
             raise ValueError(f"tick_s={service.tick_s} must divide a minute")
         load = np.asarray(load_per_minute, dtype=float)
@@ -126,8 +126,8 @@ class ServiceSimulator:
         svc = self.service
         tpm = self.ticks_per_minute
         self.n_ticks = (self.end_minute - self.start_minute) * tpm
-        self._delay_ticks = int(round(svc.metrics_delay_s / svc.tick_s))
-        self._window_ticks = max(1, int(round(svc.metrics_window_s / svc.tick_s)))
+        self._delay_ticks = round(svc.metrics_delay_s / svc.tick_s)
+        self._window_ticks = max(1, round(svc.metrics_window_s / svc.tick_s))
         self._startup_ticks = math.ceil(svc.startup_delay_s / svc.tick_s - 1e-9)
         self._timeout_ticks = svc.timeout_s / svc.tick_s
         self._max_latency_ms = (svc.timeout_s + svc.service_time_ms / 1000.0) * 1000.0

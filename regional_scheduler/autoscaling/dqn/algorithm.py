@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
 from regional_scheduler.autoscaling.dqn.policy import QNetwork
 from regional_scheduler.autoscaling.dqn.replay_buffer import ReplayBuffer
@@ -64,7 +63,7 @@ class DQN:
             next_q = self.target_net(batch.next_states).gather(1, next_actions).squeeze(1)
             target = batch.rewards + self.gamma * (1.0 - batch.dones) * next_q
         q = self.q_net(batch.states).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
-        loss = F.smooth_l1_loss(q, target)
+        loss = functional.smooth_l1_loss(q, target)
         self.optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.q_net.parameters(), 10.0)

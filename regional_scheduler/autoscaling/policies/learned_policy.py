@@ -10,7 +10,11 @@ import logging
 from pathlib import Path
 
 from regional_scheduler.autoscaling.actions import proposed_replicas
-from regional_scheduler.autoscaling.dqn.checkpoint import DEFAULT_CHECKPOINT, CheckpointMismatchError, load_checkpoint
+from regional_scheduler.autoscaling.dqn.checkpoint import (
+    DEFAULT_CHECKPOINT,
+    CheckpointMismatchError,
+    load_checkpoint,
+)
 from regional_scheduler.autoscaling.dqn.policy import QNetwork
 from regional_scheduler.autoscaling.features import observation_features
 from regional_scheduler.autoscaling.policies.base import GuardedPolicy, PolicyContext

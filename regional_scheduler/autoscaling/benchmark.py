@@ -1,0 +1,69 @@
+"""``meridian bench autoscale``: every policy on the held-back days of every series, in one run.
+
+Per series: size the service and calibrate the forecast policy's head-room on the *training* days,
+then replay the *held-back* days (the last 25% of whole days, never used for training the DQN or for
+any calibration) under each policy, after a one-hour warm-up that is not counted. The target is
+checked per series against the HPA of the same run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from regional_scheduler.autoscaling.calibration import calibrate_forecast_headroom
+from regional_scheduler.autoscaling.policies import forecast_policy, learned_policy
+from regional_scheduler.autoscaling.policies.base import AutoscalingPolicy
+from regional_scheduler.autoscaling.policies.registry import build_policy
+from regional_scheduler.autoscaling.scenario import build_scenario
+from regional_scheduler.autoscaling.settings import AutoscalerSettings
+
+VIOLATION_REDUCTION_TARGET = 0.40
+REPLICA_HOURS_LIMIT = 1.05
+
+
+def _policy(name: str, z: float, checkpoint: Path | None) -> AutoscalingPolicy:
+    if name == forecast_policy.NAME:
+        return forecast_policy.build(z)
+    if name == learned_policy.NAME:
+        return learned_policy.build(checkpoint)
+    return build_policy(name)
+
+
+def compare_with_hpa(hpa: dict[str, float], other: dict[str, float]) -> dict[str, Any]:
+    base = hpa["slo_violation_minutes"]
+    reduction = 1.0 - other["slo_violation_minutes"] / base if base > 0 else (
+        0.0 if other["slo_violation_minutes"] == 0 else -float(other["slo_violation_minutes"]))
+    ratio = other["replica_hours"] / hpa["replica_hours"] if hpa["replica_hours"] > 0 else float("inf")
+    return {"violation_reduction": reduction, "replica_hours_ratio": ratio,
+            "meets_target": bool(reduction >= VIOLATION_REDUCTION_TARGET and ratio <= REPLICA_HOURS_LIMIT)}
+
+
+def run_benchmark(series: list[Path], policies: list[str], *, checkpoint: Path | None = None,
+                  settings: AutoscalerSettings | None = None,
+                  advance: Callable[[str], None] | None = None) -> dict[str, Any]:
+    settings = settings or AutoscalerSettings()
+    results: dict[str, Any] = {}
+    for path in series:
+        scenario = build_scenario(path, settings)
+        calibration = calibrate_forecast_headroom(scenario)
+        per_policy: dict[str, dict[str, float]] = {}
+        for name in policies:
+            per_policy[name] = scenario.held_back(_policy(name, calibration.z, checkpoint))
+            if advance is not None:
+                advance(f"{scenario.name}: {name}")
+        entry: dict[str, Any] = {
+            "file": str(path), "source_step_s": scenario.series.source_step_s,
+            "train_days": scenario.split.train_days, "held_back_days": round(scenario.split.held_back_days, 3),
+            "capacity_per_replica_rpm": scenario.context.sizing.capacity_per_replica_rpm,
+            "forecast_headroom_z": calibration.z, "policies": per_policy,
+        }
+        if "hpa" in per_policy:
+            entry["vs_hpa"] = {n: compare_with_hpa(per_policy["hpa"], r) for n, r in per_policy.items() if n != "hpa"}
+        results[scenario.name] = entry
+    return {
+        "target": {"violation_reduction_min": VIOLATION_REDUCTION_TARGET, "replica_hours_ratio_max": REPLICA_HOURS_LIMIT},
+        "settings": settings.model_dump(mode="json"),
+        "series": results,
+    }

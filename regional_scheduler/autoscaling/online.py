@@ -1,0 +1,98 @@
+"""The serving-side autoscaler: per-minute samples in, a guarded replica count out.
+
+It keeps up to ``history_days`` of per-minute request rates, refits the (cheap, causal) forecaster on
+them each minute, and asks the configured policy for a decision on an :class:`Observation` built from
+the latest sample — the same code path the benchmark exercises. Until a day of history exists the
+forecaster degrades to persistence. Capacity per replica is either given (``capacity_per_replica_rpm``,
+measured by a load test) or, failing that, derived from the history as the benchmark does.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import numpy as np
+
+from regional_scheduler.autoscaling.forecaster import SeasonalForecaster
+from regional_scheduler.autoscaling.policies.base import AutoscalingPolicy, PolicyContext
+from regional_scheduler.autoscaling.service_sizing import ServiceSizing, size_service
+from regional_scheduler.autoscaling.settings import AutoscalerSettings
+from regional_scheduler.autoscaling.simulator import Observation
+
+
+@dataclass(frozen=True)
+class ServiceSample:
+    """One minute of the service as its metrics pipeline reports it."""
+
+    requests_per_minute: float
+    ready_replicas: int
+    pending_replicas: int
+    utilisation: float | None
+    p99_latency_ms: float
+    error_rate: float
+
+
+class OnlineAutoscaler:
+    def __init__(self, policy: AutoscalingPolicy, settings: AutoscalerSettings | None = None, *,
+                 capacity_per_replica_rpm: float | None = None, start: datetime | None = None,
+                 history_days: int = 8) -> None:
+        self.policy = policy
+        self.settings = settings or AutoscalerSettings()
+        self.capacity_per_replica_rpm = capacity_per_replica_rpm
+        self.start = start or datetime.now(tz=UTC)
+        self.history_minutes = history_days * 1440
+        self.rates: list[float] = []
+        self.first_minute = 0
+        self.desired: int | None = None
+        self._lock = threading.Lock()
+        self._context_key: float | None = None
+
+    def _sizing(self) -> ServiceSizing:
+        observed = np.asarray(self.rates, dtype=float)
+        sizing = size_service(observed, self.settings.sizing, self.settings.service)
+        if self.capacity_per_replica_rpm is not None:
+            sizing = ServiceSizing(self.capacity_per_replica_rpm, self.settings.service.workers_per_replica * 60.0
+                                   / self.capacity_per_replica_rpm, sizing.target_utilisation,
+                                   sizing.reference_replicas, sizing.min_replicas, sizing.max_replicas)
+        return sizing
+
+    def update(self, sample: ServiceSample) -> int:
+        """Record one minute and return the guarded desired replica count."""
+        with self._lock:
+            self.rates.append(sample.requests_per_minute)
+            if len(self.rates) > self.history_minutes:
+                drop = len(self.rates) - self.history_minutes
+                del self.rates[:drop]
+                self.first_minute += drop
+            sizing = self._sizing()
+            load = sizing.load_in_replicas(np.asarray(self.rates, dtype=float))
+            minute_of_start = self.start.hour * 60 + self.start.minute + self.first_minute
+            context = PolicyContext(sizing=sizing, service=self.settings.service,
+                                    forecast=SeasonalForecaster().fit_transform(load),
+                                    start_minute_of_day=minute_of_start % 1440,
+                                    start_weekday=(self.start.weekday() + minute_of_start // 1440) % 7)
+            if self._context_key != sizing.capacity_per_replica_rpm or self.desired is None:
+                self.policy.reset(context)
+                self._context_key = sizing.capacity_per_replica_rpm
+            else:
+                self.policy.context = context  # type: ignore[attr-defined]
+            minute = len(self.rates) - 1
+            current = sample.ready_replicas + sample.pending_replicas
+            svc = self.settings.service
+            obs = Observation(
+                tick=minute, time_s=(self.first_minute + minute) * 60.0, minute=minute,
+                current_replicas=current, ready_replicas=sample.ready_replicas,
+                pending_replicas=sample.pending_replicas, utilisation=sample.utilisation,
+                load_replicas=float(load[-1]) if math.isfinite(load[-1]) else 0.0,
+                p99_latency_ms=sample.p99_latency_ms, error_rate=sample.error_rate,
+                slo_breached=sample.p99_latency_ms > svc.slo_p99_ms or sample.error_rate > svc.max_error_rate,
+                observed_minutes=minute + 1)
+            self.desired = int(self.policy.decide(obs))
+            return self.desired
+
+    def current_desired(self) -> int | None:
+        with self._lock:
+            return self.desired
