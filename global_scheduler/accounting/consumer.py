@@ -19,6 +19,8 @@ care.
 
 Producers build records with :func:`summary_interval_record` (from two consecutive
 ``ClusterSummary`` messages of a cluster) or directly, and send them with :func:`publish_records`.
+Without a producer, :class:`SummaryAccountant` derives the records from the regional summaries stream
+itself and applies them; :func:`start_accounting` runs either worker in a thread.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import argparse
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import redis
@@ -37,6 +39,7 @@ from global_scheduler.accounting.ledger import LedgerError, RedisLedger
 from meridian import energy, observability
 from meridian.bus import StreamBus, open_bus
 from meridian.bus.base import BusUnavailableError, StreamEntry
+from meridian.bus.streams import SUMMARY_STREAM
 from protos import energy_pb2, telemetry_pb2
 
 log = logging.getLogger(__name__)
@@ -171,6 +174,83 @@ def summary_interval_record(prev: telemetry_pb2.ClusterSummary, cur: telemetry_p
         it_energy_joules=it_j, unknown_seconds=unknown_s, pue=max(1.0, 0.5 * (prev.pue + cur.pue)),
         carbon_g_per_kwh=0.5 * (prev.carbon_g_per_kwh + cur.carbon_g_per_kwh), price_per_mwh=price_per_mwh,
         shares=list(shares))
+
+
+PriceLookup = Callable[[str, float], float]
+"""(region, unix seconds) -> price per MWh in force then."""
+
+
+class SummaryAccountant:
+    """Energy from the regional summaries stream straight into the ledger (no energy stream needed).
+
+    Reads ``meridian:summary`` with its own consumer group (every group sees every summary, so the
+    registry's group is untouched). For each summary it loads the cluster's previous summary from Redis
+    (``{ledger prefix}energy:last-summary``), applies :func:`summary_interval_record` to the ledger, stores
+    this summary as the previous one, and acknowledges. A crash anywhere in between repeats the same
+    record id on redelivery, which the ledger ignores; so a restart loses and doubles nothing. A summary
+    older than the stored one (a claimed straggler) is acknowledged without effect: the newer interval's
+    counter increase already covers its time.
+    """
+
+    def __init__(self, *, bus: StreamBus, ledger: RedisLedger, consumer: str, price_per_mwh: PriceLookup,
+                 stream: str = SUMMARY_STREAM, group: str = "accounting-summaries", batch: int = 256,
+                 block_ms: int = 1000, claim_idle_ms: int = 30_000, max_gap_s: float = 300.0) -> None:
+        self.bus, self.ledger, self.consumer = bus, ledger, consumer
+        self.price_per_mwh = price_per_mwh
+        self.stream, self.group, self.batch = stream, group, batch
+        self.block_ms, self.claim_idle_ms, self.max_gap_s = block_ms, claim_idle_ms, max_gap_s
+        self._last_key = f"{ledger.prefix}energy:last-summary"
+        self.bus.ensure_group(stream, group, start_id="0")
+
+    def _handle(self, entry: StreamEntry, stats: PollStats) -> None:
+        try:
+            cur = telemetry_pb2.ClusterSummary.FromString(entry.payload)
+            if not cur.cluster or not cur.region:
+                raise LedgerError("summary without cluster or region")
+            raw = self.ledger.client.hget(self._last_key, cur.cluster)
+            prev = telemetry_pb2.ClusterSummary.FromString(raw) if raw else None
+            if prev is not None and cur.generated_unix_ms <= prev.generated_unix_ms:
+                stats.duplicates += 1
+            else:
+                if prev is not None:
+                    record = summary_interval_record(
+                        prev, cur, max_gap_s=self.max_gap_s,
+                        price_per_mwh=self.price_per_mwh(cur.region, prev.generated_unix_ms / 1000.0))
+                    if self.ledger.apply(record):
+                        stats.applied += 1
+                        AccountingConsumer._export(record)
+                    else:
+                        stats.duplicates += 1
+                self.ledger.client.hset(self._last_key, cur.cluster, entry.payload)
+        except (DecodeError, LedgerError) as exc:
+            reason = "decode" if isinstance(exc, DecodeError) else "invalid"
+            self.bus.dead_letter(self.stream, entry, reason=f"{reason}: {exc}", group=self.group,
+                                 consumer=self.consumer)
+            observability.STREAM_DEAD_LETTERS.labels(stream=self.stream, reason=reason).inc()
+            stats.dead_lettered += 1
+        self.bus.ack(self.stream, self.group, [entry.entry_id])
+
+    def poll_once(self, *, block: bool = True) -> PollStats:
+        stats = PollStats()
+        entries = self.bus.claim_stale(self.stream, self.group, self.consumer, min_idle_ms=self.claim_idle_ms,
+                                       count=self.batch)
+        if not entries:
+            entries = self.bus.read_group(self.stream, self.group, self.consumer, count=self.batch,
+                                          block_ms=self.block_ms if block else None)
+        for entry in entries:
+            self._handle(entry, stats)
+        return stats
+
+    run = AccountingConsumer.run
+
+
+def start_accounting(worker: AccountingConsumer | SummaryAccountant, *, name: str = "energy-accounting"
+                     ) -> tuple[threading.Thread, threading.Event]:
+    """Run a worker in a daemon thread; set the returned event to stop it."""
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,), name=name, daemon=True)
+    thread.start()
+    return thread, stop
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,12 +16,14 @@ from global_scheduler.accounting.consumer import (
     ACCOUNTING_GROUP,
     ENERGY_STREAM,
     AccountingConsumer,
+    SummaryAccountant,
     publish_records,
     summary_interval_record,
 )
 from global_scheduler.accounting.ledger import LedgerError, RedisLedger
 from global_scheduler.accounting.report import build_report
 from meridian.bus import open_bus
+from meridian.bus.streams import SUMMARY_STREAM
 from protos import energy_pb2, telemetry_pb2
 
 T0_S = (int(time.time()) // 3600 - 24) * 3600  # a day ago, on an hour: inside the retention
@@ -178,3 +180,37 @@ def test_summary_interval_record(prev, cur, it_joules, unknown_s):
     assert rec.it_energy_joules == pytest.approx(it_joules)
     assert rec.unknown_seconds == pytest.approx(unknown_s)
     assert (rec.start_unix_ms, rec.end_unix_ms) == (prev[1], cur[1])
+
+
+def test_summary_accountant_restart_mid_stream(client, redis_url, key_prefix):
+    """Summaries → ledger; a worker dies holding a batch, a new one takes over: energy = counter increase."""
+    bus = open_bus(redis_url, key_prefix=key_prefix)
+    ledger = RedisLedger(client, prefix=f"{key_prefix}meridian:")
+    rng = np.random.default_rng(5)
+    expected_j = 0.0
+    for cluster, region in (("c1", "r1"), ("c2", "r2")):
+        counter = float(rng.uniform(0, 1e6))
+        payloads = []
+        for seq in range(1, 31):
+            if seq > 1:
+                step = float(rng.uniform(1e3, 5e3))
+                counter += step
+                expected_j += step
+            summary = _summary(seq, (T0_S + seq * 10) * 1000, counter, 300.0)
+            summary.cluster, summary.region = cluster, region
+            payloads.append(summary.SerializeToString())
+        bus.publish_many(SUMMARY_STREAM, payloads)
+    prices = lambda region, t_s: 100.0 if region == "r1" else 50.0  # noqa: E731
+    first = SummaryAccountant(bus=bus, ledger=ledger, consumer="first", price_per_mwh=prices, batch=7)
+    first.poll_once(block=False)
+    first.poll_once(block=False)
+    bus.read_group(SUMMARY_STREAM, first.group, "first", count=7)  # taken, then the process dies
+    second = SummaryAccountant(bus=bus, ledger=ledger, consumer="second", price_per_mwh=prices, batch=16,
+                               claim_idle_ms=0)
+    while second.poll_once(block=False).seen:
+        pass
+    assert bus.pending(SUMMARY_STREAM, second.group) == 0
+    report = build_report(ledger)
+    assert report.totals.energy_kwh == pytest.approx(expected_j / 3.6e6, rel=1e-9)
+    # PUE 1.2 and 200 g/kWh on every summary: carbon = energy × 1.2 × 200
+    assert report.totals.carbon_kg == pytest.approx(expected_j / 3.6e6 * 1.2 * 200 / 1000, rel=1e-9)
