@@ -1,0 +1,94 @@
+"""A live federation on loopback for the API tests: the real gRPC server and engine, real Redis (under
+the test's key prefix), and regional dispatch workers on small simulated clusters, each in a thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import grpc
+import pytest
+
+from global_scheduler.scheduler import GlobalScheduler
+from global_scheduler.server import RunningServer, build_server
+from global_scheduler.settings import GlobalSchedulerSettings
+from meridian.bus import open_bus
+from meridian.model import GIB, Node, Resources
+from protos import global_api_pb2_grpc as api_grpc
+from regional_scheduler.dispatch_worker import DispatchWorker, DispatchWorkerSettings, simulated_cluster
+
+TOKEN = "test-token"
+
+
+def nodes(prefix: str, count: int, cpu: str = "32", memory_gib: int = 128, gpus: int = 0) -> list[Node]:
+    return [Node(name=f"{prefix}-n{i}", capacity=Resources(milli_cpu=cpu, memory_bytes=memory_gib * GIB, gpu=gpus))
+            for i in range(count)]
+
+
+@dataclass
+class Federation:
+    server: RunningServer
+    engine: GlobalScheduler
+    workers: dict[str, DispatchWorker]
+    stops: dict[str, threading.Event]
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.server.port}"
+
+    def stub(self) -> api_grpc.GlobalSchedulerStub:
+        return api_grpc.GlobalSchedulerStub(grpc.insecure_channel(self.target))
+
+    def stop_cluster(self, name: str) -> None:
+        self.stops[name].set()
+
+
+def wait_for(predicate: Callable[[], object], timeout_s: float = 30.0, what: str = "condition") -> object:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+@pytest.fixture
+def federation(redis_url: str, key_prefix: str) -> Iterator[Callable[..., Federation]]:
+    made: list[Federation] = []
+
+    def make(clusters: dict[str, tuple[str, int, float]] | None = None, *, tokens: list[str] | None = None,
+             policy: str = "karmada", cluster_timeout_s: float = 2.0) -> Federation:
+        clusters = clusters or {"north-1": ("eu-north", 4, 10.0), "central-1": ("eu-central", 4, 300.0)}
+        settings = GlobalSchedulerSettings(
+            api={"listen": "127.0.0.1:0", "auth_tokens": [TOKEN] if tokens is None else tokens, "max_workers": 8},
+            bus={"url": redis_url, "key_prefix": key_prefix, "poll_block_ms": 50},
+            registry={"cluster_timeout_s": cluster_timeout_s, "sweep_interval_s": 0.1},
+            routing={"policy": policy, "defer_recheck_s": 1.0})
+        engine = GlobalScheduler(settings=settings, bus=open_bus(redis_url, key_prefix=key_prefix))
+        server = build_server(engine)
+        fed = Federation(server, engine, {}, {})
+        for name, (region, count, carbon) in clusters.items():
+            worker = DispatchWorker(
+                bus=open_bus(redis_url, key_prefix=key_prefix), state=simulated_cluster(nodes(name, count)),
+                settings=DispatchWorkerSettings(cluster=name, region=region, summary_interval_s=0.2,
+                                                carbon_g_per_kwh=carbon, block_ms=50))
+            stop = threading.Event()
+            t = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+            t.start()
+            fed.workers[name], fed.stops[name] = worker, stop
+            fed.threads.append(t)
+        wait_for(lambda: len(engine.registry.names()) == len(clusters), what="clusters to report")
+        made.append(fed)
+        return fed
+
+    yield make
+    for fed in made:
+        for stop in fed.stops.values():
+            stop.set()
+        fed.server.stop(0.2)
+        for t in fed.threads:
+            t.join(timeout=5)
