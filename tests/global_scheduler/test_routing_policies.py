@@ -1,0 +1,128 @@
+"""Routing baselines, the filter's diagnosis and the staged router, on hand-made clusters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from global_scheduler.routing.base import DEFER, NO_CLUSTER, Router, RoutingStageError, select
+from global_scheduler.routing.registry import BASELINES, get_policy, names
+from gnn.features import ClusterFeatures, WorkloadFeatures, available_replicas, feasible_mask
+
+GIB = 2**30
+
+
+def clusters(free_cpu=(8000, 16000, 32000), carbon=(300.0, 50.0, 10.0), price=(50.0, 200.0, 100.0),
+             regions=(0, 0, 1)) -> ClusterFeatures:
+    n = len(free_cpu)
+    free = np.array(free_cpu, dtype=float)
+    rtt = np.array([[2.0, 30.0], [30.0, 2.0]])
+    return ClusterFeatures(
+        region_index=np.array(regions), alloc_milli_cpu=np.full(n, 64000.0), alloc_memory_bytes=np.full(n, 256.0 * GIB),
+        alloc_gpu=np.zeros(n), free_milli_cpu=free, free_memory_bytes=np.full(n, 128.0 * GIB), free_gpu=np.zeros(n),
+        max_node_free_milli_cpu=free, max_node_free_memory_bytes=np.full(n, 128.0 * GIB), fragmentation=np.zeros(n),
+        carbon_now=np.array(carbon), carbon_forecast=np.array(carbon),
+        carbon_forecast_hourly=np.repeat(np.array(carbon)[:, None], 24, axis=1), price_per_mwh=np.array(price),
+        pue=np.ones(n), queue_length=np.zeros(n), slo_violation_rate=np.zeros(n), ready=np.ones(n, dtype=bool),
+        rtt_ms=rtt, bandwidth_gbps=np.full((2, 2), 100.0))
+
+
+def workload(**kw) -> WorkloadFeatures:
+    base = dict(replicas=1, milli_cpu=4000.0, memory_bytes=GIB, gpu=0.0, origin_region=-1, latency_slo_ms=0.0,
+                allowed_regions=None, deferrable=False, deadline_hours=0.0, weights=(0.25, 0.25, 0.25, 0.25))
+    base.update(kw)
+    return WorkloadFeatures(**base)
+
+
+def test_registry_lists_every_baseline() -> None:
+    assert set(BASELINES) <= set(names()) and "gnn" in names()
+    with pytest.raises(KeyError, match="unknown routing policy"):
+        get_policy("nope")
+
+
+@pytest.mark.parametrize(("policy", "expected"), [
+    pytest.param("least-carbon", [2, 2, 2], id="least-carbon-always-cleanest"),
+    pytest.param("least-cost", [0, 0, 0], id="least-cost-always-cheapest"),
+    pytest.param("round-robin", [0, 1, 2], id="round-robin-rotates"),
+    # Karmada dynamic weights = available replicas of a 4-CPU replica: 8/4=2, 16/4=4, 32/4=8 (total 14).
+    # Smooth weighted round-robin: credits (2,4,8) → pick 2, pay 14 → (2,4,-6); (4,8,2) → pick 1 → (4,-6,2);
+    # (6,-2,10) → pick 2.
+    pytest.param("karmada", [2, 1, 2], id="karmada-weighted-by-available-replicas"),
+])
+def test_baseline_choices(policy: str, expected: list[int]) -> None:
+    router = Router(get_policy(policy))
+    c = clusters()
+    got = [router.decide(lambda: c, workload()).cluster for _ in expected]
+    assert got == expected
+
+
+def test_karmada_shares_follow_available_replicas() -> None:
+    router = Router(get_policy("karmada"))
+    c = clusters()
+    picks = [router.decide(lambda: c, workload()).cluster for _ in range(140)]
+    # weights 2 : 4 : 8 → 20 : 40 : 80 of 140
+    assert np.bincount(picks, minlength=3).tolist() == [20, 40, 80]
+
+
+def test_random_is_seeded() -> None:
+    c = clusters()
+    a = [Router(get_policy("random", seed=3)).decide(lambda: c, workload()).cluster for _ in range(1)]
+    r1, r2 = Router(get_policy("random", seed=3)), Router(get_policy("random", seed=3))
+    assert [r1.decide(lambda: c, workload()).cluster for _ in range(20)] == \
+        [r2.decide(lambda: c, workload()).cluster for _ in range(20)]
+    assert a[0] in (0, 1, 2)
+
+
+@pytest.mark.parametrize(("wl", "mask", "reason"), [
+    pytest.param(workload(replicas=3), [False, True, True], "insufficient free capacity for all replicas",
+                 id="capacity"),
+    pytest.param(workload(allowed_regions=np.array([False, True])), [False, False, True],
+                 "region not allowed (data residency)", id="residency"),
+    pytest.param(workload(origin_region=0, latency_slo_ms=20.0), [True, True, False],
+                 "round trip from origin exceeds the latency SLO", id="latency"),
+])
+def test_filter_diagnosis(wl: WorkloadFeatures, mask: list[bool], reason: str) -> None:
+    got, diagnosis = feasible_mask(clusters(), wl)
+    assert got.tolist() == mask
+    assert diagnosis[reason] == mask.count(False)
+
+
+def test_no_cluster_explains_why() -> None:
+    c = clusters()
+    c.ready[:] = [False, True, True]
+    decision = Router(get_policy("least-carbon")).decide(lambda: c, workload(replicas=100))
+    assert decision.cluster == NO_CLUSTER
+    assert decision.explain(3) == "0/3 clusters available: 1 cluster not ready, 2 insufficient free capacity for all replicas"
+
+
+def test_available_replicas_uses_the_scarcest_resource() -> None:
+    c = clusters()
+    c.free_memory_bytes[:] = [2 * GIB, 100 * GIB, 100 * GIB]
+    # cpu allows 2, 4, 8; memory (1 GiB each) allows 2, 100, 100 → min
+    assert available_replicas(c, workload()).tolist() == [2, 4, 8]
+
+
+@pytest.mark.parametrize(("scores", "feasible", "deferrable", "expected"), [
+    pytest.param([1.0, 3.0, 2.0, 5.0], [True, True, True], False, 1, id="defer-ignored-when-not-deferrable"),
+    pytest.param([1.0, 3.0, 2.0, 5.0], [True, True, True], True, DEFER, id="defer-wins"),
+    pytest.param([1.0, 3.0, 2.0, 0.0], [True, False, True], True, 2, id="masked-best"),
+    pytest.param([1.0, 3.0, 2.0, -np.inf], [False, False, False], False, NO_CLUSTER, id="nothing-feasible"),
+])
+def test_select(scores, feasible, deferrable, expected) -> None:
+    assert select(np.array(scores), np.array(feasible), deferrable) == expected
+
+
+def test_stage_errors_name_the_stage() -> None:
+    class Broken:
+        name = "broken"
+
+        def reset(self) -> None: ...
+
+        def score(self, clusters, workload, feasible):
+            raise ValueError("boom")
+
+    c = clusters()
+    with pytest.raises(RoutingStageError, match="'score'"):
+        Router(Broken()).decide(lambda: c, workload())
+    decision = Router(get_policy("least-carbon")).decide(lambda: c, workload())
+    assert set(decision.stage_seconds) == {"snapshot", "filter", "score", "select"}
