@@ -1,0 +1,92 @@
+"""The regional dispatch worker against real Redis: all-or-nothing placement, idempotent redelivery,
+release, malformed entries dead-lettered, summaries."""
+
+from __future__ import annotations
+
+import pytest
+
+from meridian.bus import SUMMARY_STREAM, dead_letter_stream, dispatch_stream, events_stream, open_bus
+from meridian.model import GIB, Node, Resources
+from protos import dispatch_pb2 as dpb
+from protos import telemetry_pb2 as tpb
+from regional_scheduler.dispatch_worker import DispatchWorker, DispatchWorkerSettings, simulated_cluster
+
+
+@pytest.fixture
+def worker(redis_url: str, key_prefix: str) -> DispatchWorker:
+    nodes = [Node(name=f"n{i}", capacity=Resources(milli_cpu="16", memory_bytes=64 * GIB, gpu=2)) for i in range(2)]
+    w = DispatchWorker(bus=open_bus(redis_url, key_prefix=key_prefix), state=simulated_cluster(nodes),
+                       settings=DispatchWorkerSettings(cluster="c1", region="eu-north", block_ms=10))
+    w.bus.ensure_group(w.stream, "regional-dispatch")
+    return w
+
+
+def place(wid: str, attempt: int = 1, replicas: int = 2, cpu: int = 8000, gpu: int = 0) -> bytes:
+    return dpb.DispatchMessage(cluster="c1", place=dpb.PlaceWorkload(
+        workload_id=wid, attempt=attempt, name="job", tenant="t", replicas=replicas,
+        requests=dpb.ReplicaRequests(milli_cpu=cpu, memory_bytes=GIB, gpu=gpu))).SerializeToString()
+
+
+def events(w: DispatchWorker) -> list[dpb.PlacementEvent]:
+    return [dpb.PlacementEvent.FromString(e.payload) for e in w.bus.read_range(events_stream("c1"))]
+
+
+@pytest.mark.parametrize(("replicas", "cpu", "gpu", "phases", "held_cpu"), [
+    # 2 nodes × 16 CPU: 4 × 8 CPU fit exactly (two per node).
+    pytest.param(4, 8000, 0, [dpb.PLACEMENT_PHASE_SCHEDULED, dpb.PLACEMENT_PHASE_RUNNING], 32000, id="fits-exactly"),
+    # 5 × 8 CPU = 40 > 32: the fifth fails, the four placed are released (all or nothing).
+    pytest.param(5, 8000, 0, [dpb.PLACEMENT_PHASE_FAILED], 0, id="all-or-nothing"),
+    # 3 replicas × 2 GPUs on 2 nodes × 2 GPUs: the third has no idle GPU.
+    pytest.param(3, 1000, 2, [dpb.PLACEMENT_PHASE_FAILED], 0, id="gpu-shortage"),
+])
+def test_place(worker: DispatchWorker, replicas: int, cpu: int, gpu: int, phases: list[int], held_cpu: int) -> None:
+    worker.bus.publish(dispatch_stream("c1"), place("w1", replicas=replicas, cpu=cpu, gpu=gpu))
+    assert worker.poll_once() == 1
+    got = events(worker)
+    assert [e.phase for e in got] == phases
+    assert int(worker.state.req_milli_cpu.sum()) == held_cpu
+    if phases[0] == dpb.PLACEMENT_PHASE_FAILED:
+        assert "replica" in got[0].reason and "nodes are available" in got[0].reason
+    else:
+        assert len(got[0].nodes) == replicas
+    assert worker.bus.pending(dispatch_stream("c1"), "regional-dispatch") == 0
+
+
+def test_redelivery_is_idempotent_and_release_frees(worker: DispatchWorker) -> None:
+    worker.bus.publish(dispatch_stream("c1"), place("w1"))
+    worker.bus.publish(dispatch_stream("c1"), place("w1"))  # the same attempt again
+    worker.poll_once()
+    assert int(worker.state.req_milli_cpu.sum()) == 16000
+    assert len(events(worker)) == 2  # SCHEDULED + RUNNING once
+    release = dpb.DispatchMessage(cluster="c1", release=dpb.ReleaseWorkload(workload_id="w1", attempt=1, reason="x"))
+    worker.bus.publish(dispatch_stream("c1"), release.SerializeToString())
+    worker.poll_once()
+    assert int(worker.state.req_milli_cpu.sum()) == 0
+    assert events(worker)[-1].phase == dpb.PLACEMENT_PHASE_RELEASED
+    # A newer attempt routed back here is placed again.
+    worker.bus.publish(dispatch_stream("c1"), place("w1", attempt=2))
+    worker.poll_once()
+    assert int(worker.state.req_milli_cpu.sum()) == 16000
+
+
+def test_malformed_entries_are_dead_lettered(worker: DispatchWorker) -> None:
+    worker.bus.publish(dispatch_stream("c1"), b"\xff\xfenot a proto")
+    worker.bus.publish(dispatch_stream("c1"), dpb.DispatchMessage(cluster="c1").SerializeToString())
+    worker.bus.publish(dispatch_stream("c1"), place("ok"))
+    assert worker.poll_once() == 3
+    dead = worker.bus.read_range(dead_letter_stream(dispatch_stream("c1")))
+    assert len(dead) == 2
+    reasons = [tpb.DeadLetter.FromString(d.payload).reason for d in dead]
+    assert all(r.startswith("cannot apply") for r in reasons)
+    assert "ok" in worker.held
+
+
+def test_summary_reflects_placements(worker: DispatchWorker) -> None:
+    worker.bus.publish(dispatch_stream("c1"), place("w1", replicas=1, cpu=8000))
+    worker.poll_once()
+    worker.publish_summary()
+    latest = worker.bus.read_latest(SUMMARY_STREAM)
+    assert latest is not None
+    s = tpb.ClusterSummary.FromString(latest.payload)
+    assert (s.cluster, s.region, s.nodes_total) == ("c1", "eu-north", 2)
+    assert s.allocatable.milli_cpu == 32000 and s.free.milli_cpu == 24000 and s.max_node_free_milli_cpu == 16000
