@@ -75,4 +75,8 @@ def bench_placement(
 
 
 def register(cli: CliRoot) -> None:
+    from regional_scheduler.learned.commands import explain_command, train_placement
+
     cli.bench.command("placement")(bench_placement)
+    cli.train.command("placement")(train_placement)
+    cli.app.command("explain")(explain_command)

@@ -1,0 +1,201 @@
+"""Training the placement policy: behaviour cloning from the best heuristic, then evolution-strategies
+policy search on the episode return.
+
+Why not PPO (see ``docs/learned-placement.md`` for the full argument): the return that matters —
+GPU allocation when the arrived request reaches 100 % — is decided by thousands of placements, each
+of which moves it by a hundredth of a point, and the per-step layered reward is only a proxy. PPO's
+per-step credit assignment is dominated by noise at that horizon with the few hundred episodes a
+15-minute CPU budget allows, and its updates can undo the imitation start. Evolution strategies
+(Salimans et al., 2017, "Evolution Strategies as a Scalable Alternative to Reinforcement Learning")
+optimise the episode return directly, need no value function and no per-step gradients, and are
+robust to long horizons and sparse terminal rewards. We search a small, well-conditioned subspace —
+the linear *heuristic head* over the (normalised) node features plus the scale of the imitation
+MLP — with antithetic sampling and common random numbers (each ± pair runs on the same episode),
+so a pair's difference measures the policy change, not the workload's luck.
+
+Everything is deterministic for a seed (:func:`set_random_seed`; one torch thread).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from meridian.model import Node, Pod
+from regional_scheduler.learned import imitation
+from regional_scheduler.learned.env import Episode, PlacementEnv, openb_episode, seed_episode
+from regional_scheduler.learned.policy import NumpyPlacementNet, PlacementNet
+from regional_scheduler.learned.reward import RewardConfig
+
+
+def set_random_seed(seed: int) -> None:
+    """Seed Python's ``random``, numpy's global generator and torch (and pin torch to one thread,
+    which also makes its reductions deterministic)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+
+
+@dataclass
+class EpisodeResult:
+    episode_return: float
+    allocation: float
+    n_arrived: int
+    n_failed: int
+    steps: int
+
+
+def rollout(fast: NumpyPlacementNet, episode: Episode, *, reward: RewardConfig | None = None) -> EpisodeResult:
+    """Greedy episode (highest logit, first on ties — the scheduler's rule)."""
+    env = PlacementEnv(episode, reward=reward)
+    obs, info = env.reset()
+    total, steps = 0.0, 0
+    while not env.done:
+        logits = fast.predict(info["candidate_features"], obs["pod_features"])
+        obs, r, _, _, info = env.step(int(info["candidates"][int(np.argmax(logits))]))
+        total += r
+        steps += 1
+    return EpisodeResult(total, info["allocation"], env.n_arrived, env.n_failed, steps)
+
+
+EpisodeFactory = Callable[[int], Episode]
+
+
+def openb_episodes(pod_lists: Sequence[Sequence[Pod]], nodes: Sequence[Node], *,
+                   node_fraction: float = 0.25) -> EpisodeFactory:
+    """Episode ``i``: pod list ``i mod L`` on a random ``node_fraction`` of the nodes, seeded by ``i``."""
+    def make(i: int) -> Episode:
+        return openb_episode(pod_lists[i % len(pod_lists)], nodes, 10_000 + i, node_fraction=node_fraction)
+    return make
+
+
+def seed_episodes(first_seed: int = 1_000) -> EpisodeFactory:
+    """The seed analysis' 50×200 setting on training seeds (the benchmark uses 0–9)."""
+    return lambda i: seed_episode(first_seed + i)
+
+
+@dataclass
+class SearchLog:
+    generations: list[dict[str, Any]] = field(default_factory=list)
+
+
+class EvolutionStrategy:
+    """Antithetic ES over ``[heuristic head ‖ mlp_scale]`` of a :class:`PlacementNet`.
+
+    Keyword arguments (all documented with their defaults' reason):
+
+    - ``pairs`` (6): ± perturbation pairs per generation; 2·pairs + 1 episodes per generation.
+    - ``sigma`` (0.05): perturbation scale in the head's (normalised-feature) units — small enough
+      that a perturbed policy still places like the imitation start, big enough to change ties.
+    - ``learning_rate`` (0.02): Adam step on the rank-shaped gradient estimate.
+    - ``episodes_per_eval`` (1): episodes per candidate (all candidates of a generation share them).
+    """
+
+    def __init__(self, net: PlacementNet, episodes: EpisodeFactory, *, reward: RewardConfig | None = None,
+                 pairs: int = 6, sigma: float = 0.05, learning_rate: float = 0.02, episodes_per_eval: int = 1,
+                 seed: int = 0) -> None:
+        self.net = net
+        self.episodes = episodes
+        self.reward = reward
+        self.pairs, self.sigma, self.learning_rate = pairs, sigma, learning_rate
+        self.episodes_per_eval = episodes_per_eval
+        self.rng = np.random.default_rng(seed)
+        self.theta = net.search_vector()
+        self.fast = NumpyPlacementNet(net)
+        self._m = np.zeros_like(self.theta)
+        self._v = np.zeros_like(self.theta)
+        self._t = 0
+        self.episode_counter = 0
+        self.steps = 0
+        self.log = SearchLog()
+
+    def _fitness(self, theta: np.ndarray, batch: list[Episode]) -> tuple[float, float]:
+        fast = self.fast.with_search_vector(theta)
+        results = [rollout(fast, ep, reward=self.reward) for ep in batch]
+        self.steps += sum(r.steps for r in results)
+        return float(np.mean([r.episode_return for r in results])), float(np.mean([r.allocation for r in results]))
+
+    def generation(self) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        batch = [self.episodes(self.episode_counter + j) for j in range(self.episodes_per_eval)]
+        self.episode_counter += self.episodes_per_eval
+        noise = self.rng.standard_normal((self.pairs, self.theta.size))
+        plus = np.array([self._fitness(self.theta + self.sigma * e, batch)[0] for e in noise])
+        minus = np.array([self._fitness(self.theta - self.sigma * e, batch)[0] for e in noise])
+        centre_return, centre_alloc = self._fitness(self.theta, batch)
+        # Centred ranks over all 2·pairs returns (fitness shaping), then the antithetic estimate.
+        ranks = np.empty(2 * self.pairs)
+        ranks[np.argsort(np.concatenate([plus, minus]), kind="stable")] = np.arange(2 * self.pairs)
+        shaped = ranks / (2 * self.pairs - 1) - 0.5
+        grad = ((shaped[: self.pairs] - shaped[self.pairs:])[:, None] * noise).sum(axis=0) / (2 * self.pairs * self.sigma)
+        self._adam(grad)
+        record = {
+            "generation": len(self.log.generations),
+            "centre_return": centre_return,
+            "centre_allocation": centre_alloc,
+            "best_perturbed_return": float(max(plus.max(), minus.max())),
+            "mean_perturbed_return": float(np.mean(np.concatenate([plus, minus]))),
+            "grad_norm": float(np.linalg.norm(grad)),
+            "theta_norm": float(np.linalg.norm(self.theta)),
+            "steps": self.steps,
+            "wall_s": time.perf_counter() - t0,
+        }
+        self.log.generations.append(record)
+        return record
+
+    def _adam(self, grad: np.ndarray, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8) -> None:
+        self._t += 1
+        self._m = beta1 * self._m + (1 - beta1) * grad
+        self._v = beta2 * self._v + (1 - beta2) * grad * grad
+        m_hat = self._m / (1 - beta1 ** self._t)
+        v_hat = self._v / (1 - beta2 ** self._t)
+        self.theta = self.theta + self.learning_rate * m_hat / (np.sqrt(v_hat) + eps)
+
+    def finish(self) -> PlacementNet:
+        self.net.set_search_vector(self.theta)
+        return self.net
+
+
+@dataclass
+class ProfileResult:
+    net: PlacementNet
+    log: dict[str, Any]
+
+
+def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfig | None, bc_episodes: int,
+                  bc_every: int, bc_epochs: int, es_steps: int, es_max_seconds: float, hidden: int = 32,
+                  pairs: int = 6, sigma: float = 0.05, learning_rate: float = 0.02, episodes_per_eval: int = 1,
+                  seed: int = 0, on_progress: Callable[[str, int, int], None] | None = None) -> ProfileResult:
+    """Imitation of ``teacher`` on ``bc_episodes`` episodes, then ES until ``es_steps`` environment
+    steps or ``es_max_seconds`` of wall time, whichever comes first."""
+    set_random_seed(seed)
+    t0 = time.perf_counter()
+    # Imitation episodes come from the far end of the factory's index range, apart from ES's.
+    buffer = imitation.collect([episodes(1_000_000 + i) for i in range(bc_episodes)], teacher=teacher,
+                               every=bc_every, seed=seed)
+    net = PlacementNet(hidden=hidden)
+    bc_log = imitation.behaviour_cloning(net, buffer, epochs=bc_epochs, seed=seed)
+    bc_s = time.perf_counter() - t0
+    es = EvolutionStrategy(net, episodes, reward=reward, pairs=pairs, sigma=sigma, learning_rate=learning_rate,
+                           episodes_per_eval=episodes_per_eval, seed=seed)
+    t1 = time.perf_counter()
+    while es.steps < es_steps and time.perf_counter() - t1 < es_max_seconds:
+        es.generation()
+        if on_progress is not None:
+            on_progress("es", min(es.steps, es_steps), es_steps)
+    net = es.finish()
+    return ProfileResult(net, {
+        "teacher": teacher,
+        "imitation": {"samples": len(buffer), "epochs": bc_log, "wall_s": bc_s},
+        "search": {"generations": es.log.generations, "steps": es.steps, "wall_s": time.perf_counter() - t1,
+                   "pairs": pairs, "sigma": sigma, "learning_rate": learning_rate,
+                   "episodes_per_eval": episodes_per_eval},
+        "search_vector": es.theta.tolist(),
+    })

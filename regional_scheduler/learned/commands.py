@@ -1,0 +1,159 @@
+"""The learned policy's CLI commands: ``meridian train placement`` and ``meridian explain``
+(registered by :func:`regional_scheduler.cli.register`)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from meridian.traces import openb
+from regional_scheduler.learned.serving import DEFAULT_CHECKPOINT
+
+console = Console(width=None if Console().is_terminal else 160)
+
+DEFAULT_TRAIN_LISTS = ("cpu0,cpu037,cpu050,cpu072,cpu100,cpu200,cpu235,cpu250,cpu300,"
+                       "gpushare20,gpushare40,gpushare80,gpushare100")
+
+
+def _pod_list_path(name: str) -> Path:
+    path = Path(name)
+    if path.suffix == ".csv":
+        return path
+    return openb.openb_dir() / f"openb_pod_list_{name}.csv"
+
+
+def train_placement(
+    pods: str = typer.Option(DEFAULT_TRAIN_LISTS, "--pods",
+                             help="comma-separated openb pod lists to train the GPU profile on (names like "
+                                  "cpu050 or CSV paths); the CPU profile trains on seed-50x200 seeds 1000+"),
+    steps: int = typer.Option(400_000, help="policy-search budget per GPU profile, in environment steps"),
+    cpu_steps: int = typer.Option(120_000, help="policy-search budget of the CPU profile, in environment steps"),
+    seed: int = typer.Option(0, help="random seed (training is deterministic for a seed)"),
+    out: Path = typer.Option(DEFAULT_CHECKPOINT, help="checkpoint to write (the log goes beside it as .json)"),
+    profiles: str = typer.Option("gpu,cpu", help="which profiles to train: gpu (openb), cpu (seed-50x200)"),
+    node_fraction: float = typer.Option(0.15, min=0.01, max=1.0,
+                                        help="share of the openb nodes per training episode (cheaper episodes)"),
+    max_minutes: float = typer.Option(14.0, help="wall-time cap for the whole run; a safety net — the "
+                                                 "step budgets normally end the search"),
+) -> None:
+    """Imitate the best heuristic, improve it with evolution-strategies policy search, write a checkpoint."""
+    from regional_scheduler.learned import algorithm
+    from regional_scheduler.learned.policy import save_checkpoint
+    from regional_scheduler.learned.reward import CPU_REWARD, GPU_REWARD
+
+    wanted = [p.strip() for p in profiles.split(",") if p.strip()]
+    unknown = set(wanted) - {"gpu", "cpu"}
+    if unknown or not wanted:
+        raise typer.BadParameter(f"unknown profile(s) {sorted(unknown)}; choose gpu and/or cpu", param_hint="--profiles")
+    names = [n.strip() for n in pods.split(",") if n.strip()]
+    t0 = time.perf_counter()
+    deadline = t0 + max_minutes * 60
+    nets, logs = {}, {}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        for profile in wanted:
+            budget = steps if profile == "gpu" else cpu_steps
+            task = progress.add_task(f"{profile}: imitation", total=budget)
+
+            def report(phase: str, done: int, total: int, task=task, profile=profile) -> None:
+                progress.update(task, description=f"{profile}: policy search", completed=done)
+
+            remaining = max(0.0, deadline - time.perf_counter())
+            share = remaining * (0.8 if profile == "gpu" and "cpu" in wanted else 1.0)
+            if profile == "gpu":
+                try:
+                    lists = [openb.load_pods(_pod_list_path(n)) for n in names]
+                except (OSError, ValueError) as exc:
+                    raise typer.BadParameter(str(exc), param_hint="--pods") from exc
+                episodes = algorithm.openb_episodes(lists, openb.load_nodes(), node_fraction=node_fraction)
+                result = algorithm.train_profile(
+                    episodes=episodes, teacher="fgd", reward=GPU_REWARD, bc_episodes=3, bc_every=2, bc_epochs=4,
+                    es_steps=budget, es_max_seconds=share, pairs=4, sigma=0.05, learning_rate=0.02, seed=seed,
+                    on_progress=report)
+                result.log["pod_lists"] = names
+                result.log["node_fraction"] = node_fraction
+            else:
+                result = algorithm.train_profile(
+                    episodes=algorithm.seed_episodes(), teacher="best-fit", reward=CPU_REWARD, bc_episodes=10,
+                    bc_every=1, bc_epochs=6, es_steps=budget, es_max_seconds=share, pairs=6, sigma=0.3,
+                    learning_rate=0.1, episodes_per_eval=4, seed=seed, on_progress=report)
+                result.log["scenario"] = "seed-50x200, seeds 1000+ (the benchmark uses 0-9)"
+            nets[profile], logs[profile] = result.net, result.log
+            progress.update(task, completed=budget)
+    extra = {"seed": seed, "trained_on": {"gpu": names if "gpu" in wanted else [],
+                                          "cpu": "seed-50x200 seeds 1000+" if "cpu" in wanted else ""}}
+    save_checkpoint(out, nets, extra=extra)
+    log_path = out.with_suffix(".json")
+    log_path.write_text(json.dumps({"seed": seed, "wall_s": time.perf_counter() - t0, "profiles": logs,
+                                    "steps": steps, "cpu_steps": cpu_steps}, indent=1))
+    console.print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB) and {log_path} in "
+                  f"{time.perf_counter() - t0:.0f} s")
+
+
+def explain_command(
+    scenario: str = typer.Option("openb", help="openb | seed-50x200"),
+    pods: str = typer.Option("default", "--pods", help="openb pod list (name or CSV path)"),
+    seed: int = typer.Option(42, help="the protocol's seed (openb: 42…; seed-50x200: 0…)"),
+    pod_index: int = typer.Option(0, "--pod-index", min=0,
+                                  help="explain the placement of this arriving pod (earlier ones are placed "
+                                       "by the learned policy first)"),
+    top: int = typer.Option(5, min=1, help="how many nodes to show"),
+    checkpoint: Path = typer.Option(DEFAULT_CHECKPOINT, help="checkpoint to explain"),
+    json_out: Path | None = typer.Option(None, "--json", help="also write the explanation here"),
+) -> None:
+    """Show, for one placement, the top nodes with their scores and the features that drove them."""
+    from meridian.cluster_state import ClusterState
+    from meridian.simulator import seed_cluster, seed_pods
+    from regional_scheduler.framework import Scheduler
+    from regional_scheduler.learned.explain import explain
+    from regional_scheduler.learned.policy import CheckpointError, load_checkpoint
+    from regional_scheduler.learned.serving import LearnedPolicy, LearnedScorer
+
+    try:
+        nets, _ = load_checkpoint(checkpoint)
+    except CheckpointError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--checkpoint") from exc
+    if scenario == "seed-50x200":
+        nodes, arrivals = seed_cluster(), seed_pods(seed)
+        workload = arrivals
+    elif scenario == "openb":
+        nodes = openb.load_nodes()
+        workload = openb.load_pods(_pod_list_path(pods))
+        arrivals = openb.inflate_pods(workload, sum(n.allocatable_resources.gpu for n in nodes) * 1000, seed=seed)
+    else:
+        raise typer.BadParameter("choose openb or seed-50x200", param_hint="--scenario")
+    if pod_index >= len(arrivals):
+        raise typer.BadParameter(f"only {len(arrivals)} pods arrive", param_hint="--pod-index")
+    scorer = LearnedScorer(nets)
+    scheduler = Scheduler(LearnedPolicy(scorer=scorer))
+    state = ClusterState.from_nodes(nodes)
+    scheduler.prepare(state, workload)
+    for pod in arrivals[:pod_index]:
+        placement = scheduler.place(state, pod)
+        if placement is not None:
+            state.allocate(pod, placement)
+    pod = arrivals[pod_index]
+    result = explain(scorer, state, pod, top=top)
+    r = pod.requests
+    console.print(f"pod {pod.name}: {r.milli_cpu} mCPU, {r.memory_bytes // 2**20} MiB, "
+                  f"{r.gpu} GPU(s), {r.gpu_milli} milli-GPU share; profile {result.profile}; "
+                  f"{result.n_feasible}/{result.n_nodes} nodes feasible")
+    if result.chosen is None:
+        console.print("no node fits: " + ", ".join(f"{n} {k}" for k, n in result.rejected_by.items() if n))
+    table = Table(title=f"why {result.chosen}")
+    for col in ("rank", "node", "score", "features that drove the score (value → attribution)"):
+        table.add_column(col)
+    for n in result.nodes:
+        table.add_row(str(n.rank), n.node, f"{n.score:.3f}",
+                      "; ".join(f"{f}={v:.3g} → {a:+.3f}" for f, v, a in n.top_features))
+    console.print(table)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(result.as_dict(), indent=2))
+        console.print(f"wrote {json_out}")

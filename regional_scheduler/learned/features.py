@@ -1,0 +1,156 @@
+"""What the learned placement policy sees: per-node features, pod features and cluster context.
+
+One call builds a ``(k, F)`` float32 matrix for the ``k`` candidate nodes of one pod, vectorised
+(no Python loop over nodes). Every value is normalised to roughly ``[-1, 1]`` so the same network
+serves a 50-node 8-CPU cluster and the 1,213-node openb cluster:
+
+- free and allocatable resources, as fractions of the node and in absolute units of the largest
+  node spec (128 CPUs, 8 GPUs — the FGD simulator's ``MaxSpec``);
+- the same quantities *after* placing the pod;
+- GPU-device detail: each device's free share, sorted high → low (device order carries no meaning,
+  so sorting keeps the features permutation-invariant across devices);
+- the baselines' own scores: best-fit leftover, dot-product alignment, FGD's fragmentation delta
+  (cached per pod shape in :class:`~regional_scheduler.policies.fgd.FgdPolicy`), the node's
+  fragmentation before, least-allocated and balanced-allocation scores;
+- node power and grid carbon intensity when telemetry has them (NaN → 0 plus a presence flag).
+
+Pod features describe the request and carry two cluster-wide figures (CPU and GPU allocation);
+the network adds the pooled (mean, max) node features over the candidates as the rest of the
+context. :data:`FEATURE_LAYOUT` is stored in every checkpoint, and a checkpoint built for another
+layout is refused (see :mod:`regional_scheduler.learned.policy`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from meridian.cluster_state import MAX_GPUS, ClusterState
+from meridian.model import GIB, MILLI_GPU_PER_DEVICE, Pod
+from regional_scheduler.policies.base import MAX_NODE_SCORE, MAX_SPEC_GPU_MILLI, MAX_SPEC_MILLI_CPU
+from regional_scheduler.policies.best_fit import best_fit_leftover
+from regional_scheduler.policies.dot_product import dot_product_alignment
+from regional_scheduler.policies.fgd import FgdPolicy
+from regional_scheduler.policies.resource_allocation import (
+    _requested_after,
+    balanced_allocation,
+    least_allocated,
+)
+
+FEATURE_VERSION = 1
+
+NODE_FEATURES: tuple[str, ...] = (
+    "free_cpu_frac", "free_mem_frac", "free_gpu_frac",
+    "free_cpu_abs", "free_gpu_abs", "gpu_count_abs", "idle_gpus_abs", "partial_gpus_abs", "max_device_free",
+    "after_cpu_frac", "after_mem_frac", "after_gpu_frac", "after_cpu_abs", "after_gpu_abs",
+    "after_idle_gpus_abs",
+    *(f"device_free_sorted_{d}" for d in range(MAX_GPUS)),
+    "best_fit_leftover", "dot_product", "fgd_delta_gpus", "fgd_frag_before_gpus",
+    "least_allocated", "balanced",
+    "node_unused", "becomes_cpu_full", "becomes_mem_full", "becomes_gpu_full",
+    "power_kw", "power_present", "carbon_kg_per_kwh", "carbon_present",
+)
+POD_FEATURES: tuple[str, ...] = (
+    "cpu_abs", "mem_abs", "gpu_total_abs", "gpu_share", "is_cpu_only", "is_shared_gpu", "is_whole_gpu",
+    "has_gpu_model_constraint", "cluster_cpu_alloc", "cluster_gpu_alloc", "candidate_frac",
+)
+FEATURE_LAYOUT: dict[str, object] = {
+    "version": FEATURE_VERSION,
+    "node": list(NODE_FEATURES),
+    "pod": list(POD_FEATURES),
+}
+N_NODE = len(NODE_FEATURES)
+N_POD = len(POD_FEATURES)
+IDX = {name: i for i, name in enumerate(NODE_FEATURES)}
+
+_MAX_SPEC_MEMORY_BYTES = 1024 * GIB
+
+
+def _frac(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    return np.where(den > 0, num / np.maximum(den, 1), 0.0)
+
+
+class FeatureBuilder:
+    """Builds features for one cluster; owns the FGD fragmentation cache it reads deltas from."""
+
+    def __init__(self) -> None:
+        self.fgd = FgdPolicy()
+
+    def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
+        self.fgd.prepare(state, workload)
+
+    def node_features(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(k, N_NODE)`` features of candidate ``nodes`` and FGD's device choice per node."""
+        r = pod.requests
+        k = nodes.size
+        out = np.empty((k, N_NODE), dtype=np.float32)
+        alloc_cpu = state.alloc_milli_cpu[nodes]
+        alloc_mem = state.alloc_memory_bytes[nodes]
+        free_cpu = alloc_cpu - state.req_milli_cpu[nodes]
+        free_mem = alloc_mem - state.req_memory_bytes[nodes]
+        gpu_free = state.gpu_free_milli[nodes]
+        exists = state.gpu_exists[nodes]
+        gpu_cap = state.gpu_count[nodes] * MILLI_GPU_PER_DEVICE
+        gpu_free_total = gpu_free.sum(axis=1)
+        idle = ((gpu_free == MILLI_GPU_PER_DEVICE) & exists).sum(axis=1)
+        partial = ((gpu_free > 0) & (gpu_free < MILLI_GPU_PER_DEVICE) & exists).sum(axis=1)
+        gpu_total_req = r.gpu_milli_total
+        out[:, 0] = _frac(free_cpu, alloc_cpu)
+        out[:, 1] = _frac(free_mem, alloc_mem)
+        out[:, 2] = _frac(gpu_free_total, gpu_cap)
+        out[:, 3] = free_cpu / MAX_SPEC_MILLI_CPU
+        out[:, 4] = gpu_free_total / MAX_SPEC_GPU_MILLI
+        out[:, 5] = gpu_cap / MAX_SPEC_GPU_MILLI
+        out[:, 6] = idle / MAX_GPUS
+        out[:, 7] = partial / MAX_GPUS
+        out[:, 8] = gpu_free.max(axis=1) / MILLI_GPU_PER_DEVICE
+        out[:, 9] = _frac(free_cpu - r.milli_cpu, alloc_cpu)
+        out[:, 10] = _frac(free_mem - r.memory_bytes, alloc_mem)
+        out[:, 11] = _frac(gpu_free_total - gpu_total_req, gpu_cap)
+        out[:, 12] = (free_cpu - r.milli_cpu) / MAX_SPEC_MILLI_CPU
+        out[:, 13] = (gpu_free_total - gpu_total_req) / MAX_SPEC_GPU_MILLI
+        out[:, 14] = (idle - r.gpu) / MAX_GPUS
+        out[:, 15:15 + MAX_GPUS] = -np.sort(-gpu_free, axis=1) / MILLI_GPU_PER_DEVICE
+        base = 15 + MAX_GPUS
+        out[:, base] = best_fit_leftover(state, pod, nodes)
+        out[:, base + 1] = dot_product_alignment(state, pod, nodes)[0]
+        delta, devices = self.fgd.delta(state, pod, nodes)
+        out[:, base + 2] = delta / MILLI_GPU_PER_DEVICE
+        out[:, base + 3] = self.fgd.node_fragmentation(state)[nodes] / MILLI_GPU_PER_DEVICE
+        req, alloc = _requested_after(state, pod, nodes)
+        out[:, base + 4] = least_allocated(req, alloc) / MAX_NODE_SCORE
+        out[:, base + 5] = balanced_allocation(req, alloc) / MAX_NODE_SCORE
+        out[:, base + 6] = (state.req_milli_cpu[nodes] == 0) & (gpu_free_total == gpu_cap)
+        out[:, base + 7] = free_cpu - r.milli_cpu <= 0
+        out[:, base + 8] = free_mem - r.memory_bytes <= 0
+        out[:, base + 9] = (gpu_cap > 0) & (gpu_free_total - gpu_total_req <= 0)
+        power = state.power_watts[nodes]
+        carbon = state.carbon_g_per_kwh[nodes]
+        power_ok = np.isfinite(power)
+        carbon_ok = np.isfinite(carbon)
+        out[:, base + 10] = np.where(power_ok, power, 0.0) / 1000.0
+        out[:, base + 11] = power_ok
+        out[:, base + 12] = np.where(carbon_ok, carbon, 0.0) / 1000.0
+        out[:, base + 13] = carbon_ok
+        return out, devices
+
+    @staticmethod
+    def pod_features(state: ClusterState, pod: Pod, n_candidates: int) -> np.ndarray:
+        r = pod.requests
+        cpu_total = float(state.alloc_milli_cpu.sum())
+        gpu_total = float(state.gpu_count.sum()) * MILLI_GPU_PER_DEVICE
+        gpu_used = gpu_total - float(state.gpu_free_milli.sum())
+        return np.array([
+            r.milli_cpu / MAX_SPEC_MILLI_CPU,
+            r.memory_bytes / _MAX_SPEC_MEMORY_BYTES,
+            r.gpu_milli_total / MAX_SPEC_GPU_MILLI,
+            r.gpu_milli / MILLI_GPU_PER_DEVICE,
+            float(r.gpu_milli_total == 0),
+            float(r.gpu_milli > 0),
+            float(r.gpu > 0),
+            float(bool(pod.allowed_gpu_models)),
+            float(state.req_milli_cpu.sum()) / cpu_total if cpu_total else 0.0,
+            gpu_used / gpu_total if gpu_total else 0.0,
+            n_candidates / max(state.n_nodes, 1),
+        ], dtype=np.float32)

@@ -1,0 +1,218 @@
+"""Serving the learned placement policy: checkpoint loading, a time budget, a safe fallback and shadow mode.
+
+The scheduler's filter runs before any policy sees a node (:class:`~regional_scheduler.framework.Scheduler`),
+so the model only ranks feasible nodes and can never break a hard constraint. Around the model:
+
+- **Fallback.** A missing (``missing_checkpoint``) or refused (``bad_checkpoint``) checkpoint, a model error (an exception, or a non-finite score)
+  or a decision slower than the budget (default 5 ms of the scheduling thread's CPU time, so a
+  process the OS preempts on a busy machine is not mistaken for a slow model) makes the decision FGD's, the best heuristic
+  on the openb benchmark. Each such decision increments
+  ``meridian_placement_fallbacks_total{reason}`` and is logged (the first time per reason at
+  WARNING, then at DEBUG so a broken model does not flood the log).
+- **Profiles.** A checkpoint holds one network per cluster kind: ``gpu`` for clusters with GPUs,
+  ``cpu`` for CPU-only clusters (the seed analysis' 50×200 setting). The profile is chosen in
+  ``prepare`` from the cluster, never from the benchmark's name.
+- **Shadow mode.** :class:`ShadowPolicy` lets the active policy decide and runs the learned one beside
+  it, recording both choices and whether they agree (``meridian_placement_shadow_decisions_total``).
+
+The hot path is numpy (:class:`~regional_scheduler.learned.policy.NumpyPlacementNet`), one pass over
+all candidate nodes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from prometheus_client import Counter
+from pydantic import BaseModel, Field
+
+from meridian.cluster_state import ClusterState
+from meridian.model import Pod
+from regional_scheduler.framework import select_best
+from regional_scheduler.learned.features import FeatureBuilder
+from regional_scheduler.learned.policy import (
+    CheckpointError,
+    NumpyPlacementNet,
+    PlacementNet,
+    load_checkpoint,
+)
+from regional_scheduler.policies.base import ScorePolicy, Scores
+from regional_scheduler.policies.fgd import FgdPolicy
+
+NAME = "learned"
+DEFAULT_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "placement.pt"
+
+log = logging.getLogger(__name__)
+
+FALLBACKS = Counter("meridian_placement_fallbacks_total",
+                    "Placement decisions the learned policy handed to the fallback heuristic, by reason",
+                    ["reason"])
+SHADOW_DECISIONS = Counter("meridian_placement_shadow_decisions_total",
+                           "Decisions scored in shadow mode, by whether the learned choice agreed with the active one",
+                           ["agreement"])
+
+
+class ServingSettings(BaseModel):
+    """How the learned policy is served (environment: ``MERIDIAN_LEARNED_*``)."""
+
+    checkpoint: Path = Field(DEFAULT_CHECKPOINT, description="checkpoint file; the committed one by default")
+    budget_ms: float = Field(5.0, gt=0, description="a decision slower than this (ms) is replaced by the "
+                             "fallback's; 5 ms is 5× the p99 target, so only a stalled model trips it")
+
+    @classmethod
+    def from_env(cls) -> ServingSettings:
+        values: dict[str, object] = {}
+        if path := os.environ.get("MERIDIAN_LEARNED_CHECKPOINT"):
+            values["checkpoint"] = Path(path)
+        if budget := os.environ.get("MERIDIAN_LEARNED_BUDGET_MS"):
+            values["budget_ms"] = float(budget)
+        return cls(**values)
+
+
+def cluster_profile(state: ClusterState) -> str:
+    return "gpu" if int(state.gpu_count.sum()) > 0 else "cpu"
+
+
+class LearnedScorer:
+    """Features → network → one score per candidate node; FGD's device rule for shared-GPU pods."""
+
+    def __init__(self, nets: dict[str, PlacementNet]) -> None:
+        self.nets = nets
+        self.fast = {name: NumpyPlacementNet(net) for name, net in nets.items()}
+        self.features = FeatureBuilder()
+        self.profile = next(iter(nets))
+
+    def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
+        self.features.prepare(state, workload)
+        wanted = cluster_profile(state)
+        self.profile = wanted if wanted in self.nets else next(iter(self.nets))
+
+    @property
+    def net(self) -> PlacementNet:
+        return self.nets[self.profile]
+
+    def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> Scores:
+        x, devices = self.features.node_features(state, pod, nodes)
+        p = self.features.pod_features(state, pod, nodes.size)
+        return Scores(self.fast[self.profile].predict(x, p), devices)
+
+
+class LearnedPolicy:
+    """The ``learned`` ScorePolicy: the model inside a time budget, FGD when the model cannot answer."""
+
+    name = NAME
+
+    def __init__(self, settings: ServingSettings | None = None, *, scorer: LearnedScorer | None = None) -> None:
+        self.settings = settings or ServingSettings()
+        self.scorer = scorer
+        self.load_error: str | None = None
+        self.load_error_reason = "missing_checkpoint"
+        if scorer is None:
+            try:
+                nets, _ = load_checkpoint(self.settings.checkpoint)
+                self.scorer = LearnedScorer(nets)
+            except CheckpointError as exc:
+                self.load_error = str(exc)
+                if self.settings.checkpoint.is_file():
+                    self.load_error_reason = "bad_checkpoint"
+                log.warning("learned placement policy unavailable, every decision falls back to fgd: %s", exc)
+        self._fallback = FgdPolicy()
+        self._logged: set[str] = set()
+        self.fallback_count: dict[str, int] = {}
+
+    def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
+        if self.scorer is not None:
+            self.scorer.prepare(state, workload)
+            # Share the scorer's FGD cache: the fallback's deltas are features already computed.
+            self._fallback = self.scorer.features.fgd
+        else:
+            self._fallback.prepare(state, workload)
+
+    def _fall_back(self, reason: str, detail: str, state: ClusterState, pod: Pod, nodes: np.ndarray) -> Scores:
+        FALLBACKS.labels(reason=reason).inc()
+        self.fallback_count[reason] = self.fallback_count.get(reason, 0) + 1
+        level = logging.DEBUG if reason in self._logged else logging.WARNING
+        self._logged.add(reason)
+        log.log(level, "placement of pod %s fell back to fgd (%s): %s", pod.name, reason, detail)
+        return self._fallback.score(state, pod, nodes)
+
+    def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> Scores:
+        if self.scorer is None:
+            return self._fall_back(self.load_error_reason, self.load_error or "no model", state, pod, nodes)
+        t0 = time.thread_time()
+        try:
+            result = self.scorer.score(state, pod, nodes)
+        except Exception as exc:  # any model failure must not stop scheduling
+            return self._fall_back("model_error", f"{type(exc).__name__}: {exc}", state, pod, nodes)
+        elapsed_ms = (time.thread_time() - t0) * 1e3
+        if not np.all(np.isfinite(result.scores)):
+            return self._fall_back("model_error", "non-finite score", state, pod, nodes)
+        if elapsed_ms > self.settings.budget_ms:
+            return self._fall_back("timeout", f"{elapsed_ms:.2f} ms > budget {self.settings.budget_ms} ms",
+                                   state, pod, nodes)
+        return result
+
+
+@dataclass(frozen=True)
+class ShadowRecord:
+    pod: str
+    active_node: int
+    learned_node: int
+
+    @property
+    def agree(self) -> bool:
+        return self.active_node == self.learned_node
+
+
+class ShadowPolicy:
+    """Decide with ``active``; score the same candidates with ``learned`` and record both choices.
+
+    The learned policy's errors never affect the active decision (they are counted as fallbacks by
+    the learned policy itself). ``records`` keeps the last ``history`` decisions.
+    """
+
+    def __init__(self, active: ScorePolicy, learned: LearnedPolicy, *, history: int = 10_000) -> None:
+        self.active = active
+        self.learned = learned
+        self.name = f"{active.name}+shadow-{learned.name}"
+        self.records: deque[ShadowRecord] = deque(maxlen=history)
+        self.n_decisions = 0
+        self.n_agree = 0
+
+    def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
+        for policy in (self.active, self.learned):
+            prepare = getattr(policy, "prepare", None)
+            if prepare is not None:
+                prepare(state, workload)
+
+    def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> Scores:
+        result = self.active.score(state, pod, nodes)
+        try:
+            shadow = self.learned.score(state, pod, nodes)
+            learned_node = int(nodes[select_best(shadow.scores)])
+        except Exception as exc:  # shadow must never break the live decision
+            log.warning("shadow scoring failed for pod %s: %s", pod.name, exc)
+            return result
+        record = ShadowRecord(pod.name, int(nodes[select_best(result.scores)]), learned_node)
+        self.records.append(record)
+        self.n_decisions += 1
+        self.n_agree += record.agree
+        SHADOW_DECISIONS.labels(agreement="agree" if record.agree else "disagree").inc()
+        return result
+
+    @property
+    def agreement(self) -> float:
+        return self.n_agree / self.n_decisions if self.n_decisions else 1.0
+
+
+def new_learned_policy(settings: ServingSettings | None = None) -> LearnedPolicy:
+    """The registry's constructor for ``learned``: the committed checkpoint unless the environment
+    names another (``MERIDIAN_LEARNED_CHECKPOINT``, ``MERIDIAN_LEARNED_BUDGET_MS``)."""
+    return LearnedPolicy(settings or ServingSettings.from_env())

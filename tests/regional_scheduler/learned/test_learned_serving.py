@@ -1,0 +1,169 @@
+"""Serving: checkpoint round-trip and refusal, fallback to FGD (counted and logged), shadow mode."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from meridian.cluster_state import ClusterState
+from meridian.model import Node, Pod
+from regional_scheduler.framework import Scheduler
+from regional_scheduler.learned import policy as policy_module
+from regional_scheduler.learned.features import FEATURE_LAYOUT, N_NODE, N_POD, FeatureBuilder
+from regional_scheduler.learned.policy import (
+    CheckpointError,
+    NumpyPlacementNet,
+    load_checkpoint,
+    save_checkpoint,
+)
+from regional_scheduler.learned.serving import (
+    FALLBACKS,
+    LearnedPolicy,
+    LearnedScorer,
+    ServingSettings,
+    ShadowPolicy,
+)
+from regional_scheduler.policies.fgd import FgdPolicy
+
+
+def _fallbacks(reason: str) -> float:
+    return FALLBACKS.labels(reason=reason)._value.get()
+
+
+def _features(cluster: list[Node], workload: list[Pod]) -> tuple[np.ndarray, np.ndarray]:
+    state = ClusterState.from_nodes(cluster)
+    builder = FeatureBuilder()
+    builder.prepare(state, workload)
+    nodes = np.arange(state.n_nodes)
+    x, _ = builder.node_features(state, workload[3], nodes)  # the CPU pod fits everywhere
+    return x, builder.pod_features(state, workload[3], nodes.size)
+
+
+def test_checkpoint_round_trip_gives_the_same_scores(tmp_path: Path, untrained_nets, small_gpu_cluster,
+                                                     small_workload) -> None:
+    path = tmp_path / "p.pt"
+    save_checkpoint(path, untrained_nets, extra={"note": "test"})
+    loaded, extra = load_checkpoint(path)
+    assert extra == {"note": "test"} and set(loaded) == {"gpu", "cpu"}
+    x, p = _features(small_gpu_cluster, small_workload)
+    for name, net in untrained_nets.items():
+        np.testing.assert_allclose(loaded[name].predict(x, p), net.predict(x, p), rtol=1e-6)
+
+
+def test_numpy_hot_path_equals_torch(untrained_nets, small_gpu_cluster, small_workload) -> None:
+    net = untrained_nets["gpu"]
+    with torch.no_grad():
+        net.heuristic_head.weight.normal_()  # a non-zero head, so every term is exercised
+        net.feature_mean.normal_()
+    x, p = _features(small_gpu_cluster, small_workload)
+    np.testing.assert_allclose(NumpyPlacementNet(net).predict(x, p), net.predict(x, p), rtol=1e-4, atol=1e-5)
+
+
+def test_network_is_permutation_equivariant(untrained_nets) -> None:
+    # Shuffling the nodes shuffles the logits the same way (the pooled context is order-free).
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(7, N_NODE)).astype(np.float32)
+    p = rng.normal(size=N_POD).astype(np.float32)
+    perm = rng.permutation(7)
+    net = untrained_nets["gpu"]
+    np.testing.assert_allclose(net.predict(x[perm], p), net.predict(x, p)[perm], rtol=1e-5, atol=1e-6)
+
+
+def _tampered(path: Path, **changes: object) -> Path:
+    payload = torch.load(path, weights_only=True)
+    payload.update(changes)
+    torch.save(payload, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("tamper", "message"),
+    [
+        pytest.param(lambda p: _tampered(p, version=99), "version 99", id="other-version"),
+        pytest.param(lambda p: _tampered(p, feature_layout={**FEATURE_LAYOUT, "node": ["a", "b"]}),
+                     "another feature layout", id="other-feature-layout"),
+        pytest.param(lambda p: _tampered(p, feature_layout={**FEATURE_LAYOUT, "version": 0}),
+                     "another feature layout", id="old-feature-version"),
+        pytest.param(lambda p: (p.write_bytes(b"not a checkpoint"), p)[1], "cannot read", id="garbage-file"),
+        pytest.param(lambda p: (p.unlink(), p)[1], "no checkpoint", id="missing-file"),
+    ],
+)
+def test_mismatched_checkpoint_is_refused(tmp_path: Path, untrained_nets, tamper, message: str) -> None:
+    path = tmp_path / "p.pt"
+    save_checkpoint(path, untrained_nets)
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(tamper(path))
+
+
+def test_pickled_objects_are_not_loaded(tmp_path: Path) -> None:
+    # weights_only=True refuses arbitrary objects: a checkpoint cannot run code on load.
+    path = tmp_path / "evil.pt"
+    torch.save({"version": policy_module.CHECKPOINT_VERSION, "profiles": {}, "x": ServingSettings()}, path)
+    with pytest.raises(CheckpointError, match="cannot read"):
+        load_checkpoint(path)
+
+
+def _decide(policy, cluster: list[Node], workload: list[Pod]) -> list[int | None]:
+    scheduler = Scheduler(policy)
+    state = ClusterState.from_nodes(cluster)
+    scheduler.prepare(state, workload)
+    nodes = []
+    for pod in workload:
+        placement = scheduler.place(state, pod)
+        nodes.append(None if placement is None else placement.node)
+        if placement is not None:
+            state.allocate(pod, placement)
+    return nodes
+
+
+class _Broken(LearnedScorer):
+    def score(self, state, pod, nodes):
+        raise RuntimeError("model exploded")
+
+
+class _NaN(LearnedScorer):
+    def score(self, state, pod, nodes):
+        result = super().score(state, pod, nodes)
+        return type(result)(np.full(nodes.size, np.nan), result.devices)
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        pytest.param(lambda nets, tmp: LearnedPolicy(ServingSettings(checkpoint=tmp / "missing.pt")),
+                     "missing_checkpoint", id="missing-checkpoint"),
+        pytest.param(lambda nets, tmp: LearnedPolicy(ServingSettings(checkpoint=(tmp / "bad.pt", (tmp / "bad.pt")
+                                                                                 .write_bytes(b"\x00junk"))[0])),
+                     "bad_checkpoint", id="broken-checkpoint"),
+        pytest.param(lambda nets, tmp: LearnedPolicy(scorer=_Broken(nets)), "model_error", id="model-raises"),
+        pytest.param(lambda nets, tmp: LearnedPolicy(scorer=_NaN(nets)), "model_error", id="model-returns-nan"),
+        pytest.param(lambda nets, tmp: LearnedPolicy(ServingSettings(budget_ms=1e-6), scorer=LearnedScorer(nets)),
+                     "timeout", id="over-budget"),
+    ],
+)
+def test_fallback_to_fgd_is_counted_and_logged(make, reason: str, tmp_path: Path, untrained_nets, small_gpu_cluster,
+                                               small_workload, caplog: pytest.LogCaptureFixture) -> None:
+    before = _fallbacks(reason)
+    with caplog.at_level(logging.DEBUG, logger="regional_scheduler.learned.serving"):
+        policy = make(untrained_nets, tmp_path)
+        decisions = _decide(policy, small_gpu_cluster, small_workload)
+    # Every decision is FGD's, and every one is counted under the reason.
+    assert decisions == _decide(FgdPolicy(), small_gpu_cluster, small_workload)
+    assert _fallbacks(reason) - before == len(small_workload)
+    assert policy.fallback_count == {reason: len(small_workload)}
+    assert any("fell back to fgd" in r.message and reason in r.message for r in caplog.records)
+
+
+def test_shadow_mode_records_both_choices(untrained_nets, small_gpu_cluster, small_workload) -> None:
+    learned = LearnedPolicy(scorer=LearnedScorer(untrained_nets))
+    shadow = ShadowPolicy(FgdPolicy(), learned)
+    decisions = _decide(shadow, small_gpu_cluster, small_workload)
+    # The live decisions are the active policy's, untouched by the shadow.
+    assert decisions == _decide(FgdPolicy(), small_gpu_cluster, small_workload)
+    assert len(shadow.records) == shadow.n_decisions == len(small_workload)
+    assert [r.active_node for r in shadow.records] == decisions
+    assert shadow.agreement == sum(r.agree for r in shadow.records) / len(small_workload)
