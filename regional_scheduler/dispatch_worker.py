@@ -62,6 +62,9 @@ class DispatchWorkerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MERIDIAN_DISPATCH_")
 
     cluster: str = Field("local", description="This cluster's name (selects meridian:dispatch:{cluster}).")
+    bus_url: str = Field("redis://127.0.0.1:6379/0", description="Stream bus URL (redis://… or memory://).")
+    publish_summaries: bool = Field(True, description="Publish ClusterSummary of the worker's own state; off when "
+                                    "a telemetry consumer publishes this cluster's summaries.")
     region: str = Field("local", description="Region reported in the cluster summaries.")
     policy: str = Field("best-fit", description="Placement policy name from regional_scheduler.policies.registry.")
     batch: int = Field(256, ge=1, description="Entries read per poll; a batch is acknowledged together.")
@@ -240,3 +243,31 @@ def simulated_cluster(nodes: Sequence[Node], *, start: int = 0, count: int | Non
     if not chosen:
         raise ValueError("a simulated cluster needs at least one node")
     return ClusterState.from_nodes(chosen)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m regional_scheduler.dispatch_worker``: one worker on a simulated cluster of openb nodes."""
+    import argparse
+    import signal
+
+    from meridian.bus import open_bus
+    from meridian.traces.openb import load_nodes
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--nodes", type=int, default=50, help="openb nodes in the simulated cluster")
+    parser.add_argument("--node-offset", type=int, default=0, help="first openb node of the slice")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = DispatchWorkerSettings()
+    state = simulated_cluster(load_nodes(), start=args.node_offset, count=args.nodes)
+    worker = DispatchWorker(bus=open_bus(settings.bus_url), state=state, settings=settings)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    log.info("dispatch worker for %s (%d nodes, policy %s)", settings.cluster, state.n_nodes, settings.policy)
+    worker.run(stop, summaries=settings.publish_summaries)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,50 @@
+"""What the global and regional scheduler manifests must say (schema validity is checked for every
+manifest by tests/deploy)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def docs(name: str) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d}
+
+
+def test_global_scheduler_serves_grpc_with_probes_and_secret_tokens() -> None:
+    d = docs("global-scheduler.yaml")
+    pod = d[("Deployment", "meridian-global-scheduler")]["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["command"][:2] == ["meridian", "global-scheduler"]
+    assert c["readinessProbe"]["grpc"]["port"] == 50051 and c["livenessProbe"]["grpc"]["port"] == 50051
+    env = {e["name"]: e for e in c["env"]}
+    assert env["MERIDIAN_GLOBAL_API__AUTH_TOKENS"]["valueFrom"]["secretKeyRef"]["name"] == "meridian-global-api"
+    assert env["MERIDIAN_GLOBAL_API__LISTEN"]["value"] == "0.0.0.0:50051"
+    assert c["securityContext"]["readOnlyRootFilesystem"] and pod["securityContext"]["runAsNonRoot"]
+    svc = d[("Service", "meridian-global-scheduler")]
+    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]}["grpc"] == 50051
+
+
+@pytest.mark.parametrize(("resource", "verb"), [
+    pytest.param("pods/binding", "create", id="bind"),
+    pytest.param("pods", "watch", id="watch-pods"),
+    pytest.param("nodes", "list", id="list-nodes"),
+    pytest.param("events", "create", id="events"),
+])
+def test_regional_scheduler_rbac(resource: str, verb: str) -> None:
+    role = docs("regional-scheduler.yaml")[("ClusterRole", "meridian-regional-scheduler")]
+    assert any(resource in r["resources"] and verb in r["verbs"] for r in role["rules"])
+
+
+def test_extender_configuration() -> None:
+    cm = docs("regional-scheduler-extender.yaml")[("ConfigMap", "meridian-scheduler-config")]
+    cfg = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+    assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1" and cfg["kind"] == "KubeSchedulerConfiguration"
+    (ext,) = cfg["extenders"]
+    assert ext["urlPrefix"].startswith("http://meridian-regional-scheduler.meridian-system.svc:8888")
+    assert ext["filterVerb"] and ext["prioritizeVerb"] and ext["ignorable"] is True
