@@ -11,7 +11,12 @@ import math
 
 import numpy as np
 
-from regional_scheduler.autoscaling.policies.base import PolicyContext, forecast_needed_load, forecast_spread
+from regional_scheduler.autoscaling.policies.base import (
+    PolicyContext,
+    forecast_needed_load,
+    forecast_spread,
+    forecast_upper_load,
+)
 from regional_scheduler.autoscaling.simulator import Observation
 
 HISTORY_LAGS_MIN = (1, 2, 5, 10, 15, 30)
@@ -20,7 +25,8 @@ FEATURE_LAYOUT: tuple[str, ...] = (
     "log_replicas", "pending_fraction", "utilisation", "load_per_replica", "p99_over_slo", "error_rate",
     "slo_breached", *(f"load_lag_{lag}m_per_replica" for lag in HISTORY_LAGS_MIN),
     *(f"forecast_{h}m_per_replica" for h in FORECAST_HORIZONS_MIN),
-    "forecast_peak_per_replica", "spread_per_replica", "tod_sin", "tod_cos", "dow_sin", "dow_cos",
+    "forecast_peak_per_replica", "upper_peak_per_replica", "spread_per_replica", "tod_sin", "tod_cos",
+    "dow_sin", "dow_cos", "minute_of_hour_sin", "minute_of_hour_cos",
 )
 RATIO_CLIP = 5.0
 
@@ -48,8 +54,10 @@ def observation_features(context: PolicyContext, obs: Observation) -> np.ndarray
         *(x / replicas for x in lags),
         *(float(x) / replicas for x in ahead),
         forecast_needed_load(context, obs) / replicas,
+        forecast_upper_load(context, obs) / replicas,
         forecast_spread(context, obs) / replicas,
         math.sin(2 * math.pi * minute_of_day / 1440), math.cos(2 * math.pi * minute_of_day / 1440),
         math.sin(2 * math.pi * day / 7), math.cos(2 * math.pi * day / 7),
+        math.sin(2 * math.pi * (minute_of_day % 60) / 60), math.cos(2 * math.pi * (minute_of_day % 60) / 60),
     ]
     return np.clip(np.asarray(values, dtype=np.float32), -RATIO_CLIP, RATIO_CLIP)

@@ -55,6 +55,13 @@ def _centred_nanmean(values: np.ndarray, half_width: int) -> np.ndarray:
         return np.where(n > 0, total / n, np.nan)
 
 
+def _centred_nanmax(values: np.ndarray, half_width: int) -> np.ndarray:
+    padded = np.pad(np.where(np.isfinite(values), values, -np.inf), half_width, constant_values=-np.inf)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * half_width + 1)
+    peak = windows.max(axis=1)
+    return np.where(np.isfinite(peak), peak, np.nan)
+
+
 def _trailing_sum(values: np.ndarray, length: int) -> np.ndarray:
     cumulative = np.concatenate([[0.0], np.cumsum(values)])
     idx = np.arange(1, values.size + 1)
@@ -69,12 +76,21 @@ class SeasonalForecast:
     level: np.ndarray
     last_observed: np.ndarray
     spread: np.ndarray
+    upper: np.ndarray
 
     def forecast(self, minute: int, horizons: np.ndarray) -> np.ndarray:
         """Forecasts made with minutes ``≤ minute`` known, for ``minute + horizons`` (persistence if no base)."""
         targets = np.clip(minute + horizons, 0, self.base.size - 1)
         seasonal = self.level[minute] * self.base[targets]
         return np.where(np.isfinite(seasonal), seasonal, self.last_observed[minute])
+
+    def upper_peak(self, minute: int, first_horizon: int, last_horizon: int) -> float:
+        """Highest *upper* seasonal forecast (recurring bursts) over horizons ``first..last``."""
+        if minute < 0:
+            return float("nan")
+        targets = np.clip(minute + np.arange(first_horizon, last_horizon + 1), 0, self.upper.size - 1)
+        values = self.level[minute] * self.upper[targets]
+        return float(np.max(values)) if np.isfinite(values).any() else float("nan")
 
     def peak(self, minute: int, first_horizon: int, last_horizon: int) -> float:
         """Highest forecast over horizons ``first..last`` (inclusive)."""
@@ -92,6 +108,7 @@ class SeasonalForecaster:
     level_window_min: int = 30
     level_clip: tuple[float, float] = (0.2, 5.0)
     spread_window_min: int = 60
+    upper_quantile: float = 0.75
 
     def fit_transform(self, rate_per_minute: np.ndarray) -> SeasonalForecast:
         """Causal forecasts over a whole series (NaN = missing); index ``m`` uses only minutes ``≤ m``."""
@@ -106,6 +123,18 @@ class SeasonalForecaster:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", category=RuntimeWarning)
             base = np.nanmedian(lagged, axis=0)
+        # Upper seasonal base: the same days' upper quantile of the ±2-minute *maximum*, so a burst that
+        # recurs at a clock time on a few of the days (Twitter's odd-hour bursts) shows up here even
+        # when it misses the median.
+        peaks = _centred_nanmax(rate, self.smoothing_half_width_min)
+        lagged_peaks = np.full((self.days, n), np.nan)
+        for d in range(1, self.days + 1):
+            shift = d * MINUTES_PER_DAY
+            if shift < n:
+                lagged_peaks[d - 1, shift:] = peaks[: n - shift]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", category=RuntimeWarning)
+            upper = np.nanquantile(lagged_peaks, self.upper_quantile, axis=0)
         filled = _hold_last(rate)
         known = np.isfinite(rate) & np.isfinite(base)
         observed_sum = _trailing_sum(np.where(known, rate, 0.0), self.level_window_min)
@@ -123,4 +152,4 @@ class SeasonalForecaster:
             warnings.simplefilter("ignore", category=RuntimeWarning)
             spread = 1.4826 * np.nanmedian(windows, axis=1)
         spread = np.where(np.isfinite(spread), spread, 0.0)
-        return SeasonalForecast(base=base, level=level, last_observed=filled, spread=spread)
+        return SeasonalForecast(base=base, level=level, last_observed=filled, spread=spread, upper=upper)

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from regional_scheduler.autoscaling.actions import HEADROOM_Z, N_ACTIONS
+from regional_scheduler.autoscaling.actions import BURST_HEADROOM_Z, HEADROOM_Z, N_ACTIONS
 from regional_scheduler.autoscaling.dqn.policy import QNetwork
 from regional_scheduler.autoscaling.features import FEATURE_LAYOUT
 
@@ -28,6 +28,7 @@ def save_checkpoint(path: Path, network: QNetwork, metadata: dict[str, Any]) -> 
         "version": CHECKPOINT_VERSION,
         "feature_layout": list(FEATURE_LAYOUT),
         "headroom_z": list(HEADROOM_Z),
+        "burst_headroom_z": list(BURST_HEADROOM_Z),
         "network": network.constructor_kwargs(),
         "state_dict": network.state_dict(),
         "metadata": metadata,
@@ -47,8 +48,10 @@ def load_checkpoint(path: Path) -> tuple[QNetwork, dict[str, Any]]:
         raise CheckpointMismatchError(
             f"{path}: feature layout differs from this code's ({len(payload.get('feature_layout', []))} vs "
             f"{len(FEATURE_LAYOUT)} features); retrain with `meridian train autoscale`")
-    if list(payload.get("headroom_z", [])) != list(HEADROOM_Z):
-        raise CheckpointMismatchError(f"{path}: action set differs from this code's {list(HEADROOM_Z)}")
+    if (list(payload.get("headroom_z", [])) != list(HEADROOM_Z)
+            or list(payload.get("burst_headroom_z", [])) != list(BURST_HEADROOM_Z)):
+        raise CheckpointMismatchError(f"{path}: action set differs from this code's "
+                                      f"{list(HEADROOM_Z)} / {list(BURST_HEADROOM_Z)}")
     kwargs = payload["network"]
     if kwargs.get("n_actions") != N_ACTIONS or kwargs.get("n_features") != len(FEATURE_LAYOUT):
         raise CheckpointMismatchError(f"{path}: network shape does not match the layout")

@@ -64,6 +64,17 @@ def forecast_needed_load(context: PolicyContext, observation: Observation, *, ex
     return max(now, peak) if math.isfinite(peak) else now
 
 
+def forecast_upper_load(context: PolicyContext, observation: Observation, *, extra_minutes: int = 2) -> float:
+    """As :func:`forecast_needed_load` with the upper seasonal forecast (recurring bursts)."""
+    last = observation.observed_minutes - 1
+    now = observation.load_replicas
+    if last < 0:
+        return now
+    first_h = max(1, observation.minute - last)
+    peak = context.forecast.upper_peak(last, first_h, first_h + context.lead_minutes + extra_minutes)
+    return max(now, peak) if math.isfinite(peak) else now
+
+
 def forecast_spread(context: PolicyContext, observation: Observation) -> float:
     """Recent RMS one-minute forecast error (load in replicas): noise no forecast can foresee."""
     last = observation.observed_minutes - 1
