@@ -73,7 +73,7 @@ def teacher_scores(sim: FederationSim, feats: ClusterFeatures, wf: WorkloadFeatu
             crit = 1 - cfg.service_ms / np.maximum(budget, 1e-3)
             pushed = crit[None, :] < (util[:, None] + MARGIN)
             pushed_others = (pushed & (rc[None, :] == np.arange(n)[:, None])).sum(axis=1).astype(np.float64)
-    r_perf = 1 / (1 + v + pushed_others)
+    r_perf = 1 / (1 + v)
     # R_cost: imbalance after placement.
     cpu = 1 - (feats.free_milli_cpu - wf.replicas * wf.milli_cpu) / np.maximum(feats.alloc_milli_cpu, 1)
     mem = 1 - (feats.free_memory_bytes - wf.replicas * wf.memory_bytes) / np.maximum(feats.alloc_memory_bytes, 1)
@@ -83,7 +83,7 @@ def teacher_scores(sim: FederationSim, feats: ClusterFeatures, wf: WorkloadFeatu
     pue = feats.pue
     life_ci = sim.carbon[reg, hour:hour + life].mean(axis=1) * pue
     ref = float(feats.carbon_now.mean() * pue.mean()) or 1.0
-    r_energy = (ref - life_ci) / ref
+    r_energy = np.clip((ref - life_ci) / ref, -1.0, 1.0)
     # R_fair: Gini of good-service ratios if this decision goes well vs badly for the tenant.
     t = sim.tenant_index[tenant]
     good, total = sim.tenant_good, sim.tenant_total
@@ -95,10 +95,10 @@ def teacher_scores(sim: FederationSim, feats: ClusterFeatures, wf: WorkloadFeatu
     r_fair = np.where(v + pushed_others > 0, base - gini(bad_ratio), base - gini(ok_ratio)) * 10
     w = wf.weights
     score = w[0] * r_perf + w[1] * r_cost + w[2] * r_energy + w[3] * r_fair
-    # Violations a placement causes to *other* workloads are weighed with the latency-sensitive class's
-    # performance weight, not the deciding workload's (a batch job must not buy carbon with others' SLOs).
-    w_victim = max(cfg.weights_latency_sensitive[0] - w[0], 0.0)
-    score = score - w_victim * (1 - 1 / (1 + pushed_others))
+    # Violations a placement causes to *other* workloads cost what each victim's own violation costs it
+    # (its class's performance weight × the R_perf drop from 1 to 1/2), one by one: a batch job must
+    # not buy carbon with other tenants' SLOs.
+    score = score - cfg.weights_latency_sensitive[0] * 0.5 * pushed_others
     out = np.append(np.where(feasible, score, -np.inf), -np.inf)
     if can_defer(wf):
         horizon = int(min(math.floor(wf.deadline_hours), 24))
@@ -106,7 +106,7 @@ def teacher_scores(sim: FederationSim, feats: ClusterFeatures, wf: WorkloadFeatu
         future = np.stack([sim.carbon[reg, s:s + life].mean(axis=1) for s in starts]) * pue  # (H, n)
         allowed = feasible if feasible.any() else feats.ready
         best_future = float(np.where(allowed[None, :], future, np.inf).min())
-        r_energy_defer = (ref - best_future) / ref
+        r_energy_defer = float(np.clip((ref - best_future) / ref, -1.0, 1.0))
         best_now = float(np.max(np.where(feasible, score, -np.inf))) if feasible.any() else -np.inf
         defer_score = w[0] * 1.0 + w[1] * float(r_cost.max()) + w[2] * r_energy_defer + w[3] * (base - gini(ok_ratio)) * 10
         if defer_score > best_now + DEFER_GAIN:

@@ -28,21 +28,28 @@ DEFAULT_NEIGHBOURS = 8
 
 
 def cluster_edges(region_index: np.ndarray, rtt_ms: np.ndarray, bandwidth_gbps: np.ndarray,
-                  neighbours: int = DEFAULT_NEIGHBOURS) -> tuple[torch.Tensor, torch.Tensor]:
-    """(2, E) edge index (no self loops; GATv2 adds them) and (E, 2) edge features."""
+                  neighbours: int = DEFAULT_NEIGHBOURS, *, self_loops: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(2, E) edge index and (E, 2) edge features; with ``self_loops`` each cluster also gets an edge to
+    itself carrying its own region's round trip and bandwidth."""
     reg = region_index
     n = reg.shape[0]
     rtt = rtt_ms[reg[:, None], reg[None, :]].astype(np.float64)
     k = min(neighbours, n - 1)
-    if k <= 0:
-        return torch.zeros((2, 0), dtype=torch.int64), torch.zeros((0, 2), dtype=torch.float32)
-    # Tie-break by index distance so equal round trips give a deterministic, spread-out choice.
     idx = np.arange(n)
+    if k <= 0:
+        src = dst = idx if self_loops else idx[:0]
+        attr = np.stack([rtt[src, dst] / RTT_SCALE_MS, bandwidth_gbps[reg[src], reg[dst]] / BANDWIDTH_SCALE_GBPS], axis=1)
+        return (torch.from_numpy(np.stack([src, dst]).astype(np.int64)),
+                torch.from_numpy(attr.reshape(-1, 2).astype(np.float32)))
+    # Tie-break by index distance so equal round trips give a deterministic, spread-out choice.
     key = rtt * n + np.abs(idx[:, None] - idx[None, :]) / n
     np.fill_diagonal(key, np.inf)
     nearest = np.argpartition(key, k - 1, axis=1)[:, :k]  # (n, k): sources for each destination
     dst = np.repeat(idx, k)
     src = nearest.reshape(-1)
+    if self_loops:
+        src = np.concatenate([src, idx])
+        dst = np.concatenate([dst, idx])
     attr = np.stack([rtt[src, dst] / RTT_SCALE_MS,
                      bandwidth_gbps[reg[src], reg[dst]] / BANDWIDTH_SCALE_GBPS], axis=1)
     return (torch.from_numpy(np.stack([src, dst]).astype(np.int64)),
@@ -52,15 +59,17 @@ def cluster_edges(region_index: np.ndarray, rtt_ms: np.ndarray, bandwidth_gbps: 
 class GraphBuilder:
     """Builds graphs for one federation layout; caches the edges (they change only with the layout)."""
 
-    def __init__(self, neighbours: int = DEFAULT_NEIGHBOURS) -> None:
+    def __init__(self, neighbours: int = DEFAULT_NEIGHBOURS, *, self_loops: bool = False) -> None:
         self.neighbours = neighbours
+        self.self_loops = self_loops
         self._key: tuple | None = None
         self._edges: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def edges(self, c: ClusterFeatures) -> tuple[torch.Tensor, torch.Tensor]:
         key = (c.region_index.tobytes(), c.rtt_ms.tobytes(), c.bandwidth_gbps.tobytes())
         if key != self._key or self._edges is None:
-            self._edges = cluster_edges(c.region_index, c.rtt_ms, c.bandwidth_gbps, self.neighbours)
+            self._edges = cluster_edges(c.region_index, c.rtt_ms, c.bandwidth_gbps, self.neighbours,
+                                        self_loops=self.self_loops)
             self._key = key
         return self._edges
 

@@ -39,7 +39,7 @@ class GnnRoutingNet:
                  meta: dict[str, Any] | None = None) -> None:
         self.model = model or GATv2Router(len(CLUSTER_FEATURES) + len(WORKLOAD_FEATURES), len(WORKLOAD_FEATURES),
                                           len(EDGE_FEATURES))
-        self.builder = GraphBuilder(neighbours)
+        self.builder = GraphBuilder(neighbours, self_loops=self.model.graph_self_loops)
         self.meta = meta or {}
 
     def graph(self, clusters: ClusterFeatures, workload: WorkloadFeatures) -> Any:
@@ -69,7 +69,8 @@ class GnnRoutingNet:
         blob = torch.load(path, map_location="cpu", weights_only=True)
         if blob.get("feature_version") != FEATURE_VERSION:
             raise CheckpointError(f"{path}: feature version {blob.get('feature_version')} != {FEATURE_VERSION}")
-        model = GATv2Router(**blob["config"])
+        config = {"graph_self_loops": False, **blob["config"]}  # older checkpoints: loops added in the layer
+        model = GATv2Router(**config)
         model.load_state_dict(blob["state_dict"])
         model.eval()
         return cls(model, neighbours=int(blob["neighbours"]), meta=json.loads(blob["meta_json"]))
