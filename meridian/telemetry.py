@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -93,6 +93,9 @@ _READ_NAMES = ("node", "cluster", "sequence", "observed_unix_ms", "capacity_mill
                "power_watts", "energy_joules", "carbon_g_per_kwh", "pue", "unschedulable", "gpu_model",
                "labels_included")
 _READ_FIELDS = attrgetter(*_READ_NAMES)
+_GPU_FREE = attrgetter("gpu_free_milli")
+_PAYLOAD_OF = itemgetter(1)  # StreamEntry.payload
+_PARSE = telemetry_pb2.NodeTelemetry.FromString
 
 
 @lru_cache(maxsize=4096)
@@ -100,47 +103,40 @@ def _taints(key: tuple[tuple[str, str, str], ...]) -> tuple[Taint, ...]:
     return tuple(Taint(key=k, value=v, effect=e) for k, v, e in key)
 
 
-def decode_reports(entries: Sequence[StreamEntry], *, cluster: str | None = None,
-                   max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> tuple[TelemetryBatch, list[Rejected]]:
-    """Decode and validate a batch of ``NodeTelemetry`` entries (see module docstring)."""
+def _parse_each(entries: list[StreamEntry], rejected: list[Rejected]) -> tuple[list[StreamEntry], list]:
+    """Parse one by one (the slow path, taken only when a batch holds an unparsable payload)."""
     parse = telemetry_pb2.NodeTelemetry.FromString
-    rejected: list[Rejected] = []
-    kept: list[StreamEntry] = []
-    rows: list[tuple] = []
-    gpu_rows: list[int] = []
-    gpu_lists: list = []  # the reports' packed gpu_free_milli containers, flattened once after the loop
-    labels: dict[int, dict[str, str]] = {}
-    taints: dict[int, tuple[Taint, ...]] = {}
-    read = _READ_FIELDS
+    kept, messages = [], []
     for entry in entries:
-        payload = entry.payload
-        if len(payload) > max_payload_bytes:
-            rejected.append(Rejected(entry, "oversized", f"oversized: {len(payload)} bytes > {max_payload_bytes}"))
-            continue
         try:
-            m = parse(payload)
+            messages.append(parse(entry.payload))
+            kept.append(entry)
         except (DecodeError, RuntimeError, ValueError) as exc:
             rejected.append(Rejected(entry, "decode", f"decode error: {exc}"))
-            continue
-        values = read(m)  # one C-level pass over the hot fields
-        if not values[0]:
-            rejected.append(Rejected(entry, "invalid", "invalid: report has no node name"))
-            continue
-        if cluster is not None and values[1] != cluster:
-            rejected.append(Rejected(entry, "foreign", f"foreign: report for cluster {values[1]!r} on {cluster!r}'s stream"))
-            continue
-        row = len(rows)
-        free = m.gpu_free_milli
-        if free:
-            gpu_rows.append(row)
-            gpu_lists.append(free)
-        if values[-1]:
-            labels[row] = dict(m.labels)
-            taints[row] = _taints(tuple((t.key, t.value, t.effect) for t in m.taints))
-        rows.append(values)
-        kept.append(entry)
+    return kept, messages
 
-    n = len(rows)
+
+def decode_reports(entries: Sequence[StreamEntry], *, cluster: str | None = None,
+                   max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> tuple[TelemetryBatch, list[Rejected]]:
+    """Decode and validate a batch of ``NodeTelemetry`` entries (see module docstring).
+
+    The per-report work runs in C through ``map`` (protobuf parsing, one ``attrgetter`` over the hot
+    fields); validation is vectorised over the batch, and only rejected or label-carrying reports
+    are looked at one by one.
+    """
+    rejected: list[Rejected] = []
+    entries = list(entries)
+    sizes = np.fromiter(map(len, map(_PAYLOAD_OF, entries)), dtype=np.int64, count=len(entries))
+    if (sizes > max_payload_bytes).any():
+        for i in np.flatnonzero(sizes > max_payload_bytes).tolist():
+            rejected.append(Rejected(entries[i], "oversized", f"oversized: {sizes[i]} bytes > {max_payload_bytes}"))
+        entries = [e for e, size in zip(entries, sizes.tolist(), strict=True) if size <= max_payload_bytes]
+    try:
+        messages = list(map(_PARSE, map(_PAYLOAD_OF, entries)))
+    except (DecodeError, RuntimeError, ValueError):
+        entries, messages = _parse_each(entries, rejected)
+    n = len(messages)
+    rows = list(map(_READ_FIELDS, messages))
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(_READ_NAMES)
     col = dict(zip(_READ_NAMES, columns, strict=True))
 
@@ -151,43 +147,61 @@ def decode_reports(entries: Sequence[StreamEntry], *, cluster: str | None = None
         return np.fromiter(col[name], dtype=np.float64, count=n)
 
     alloc_cpu, alloc_mem = ints("allocatable_milli_cpu"), ints("allocatable_memory_bytes")
+    gpu_count = ints("allocatable_gpu")
     unset = (alloc_cpu == 0) & (alloc_mem == 0)  # no allocatable: capacity is allocatable
     if unset.any():
         alloc_cpu = np.where(unset, ints("capacity_milli_cpu"), alloc_cpu)
         alloc_mem = np.where(unset, ints("capacity_memory_bytes"), alloc_mem)
-    gpu_count = ints("allocatable_gpu")
-    if unset.any():
         gpu_count = np.where(unset, ints("capacity_gpu"), gpu_count)
+    gpu_lists = list(map(_GPU_FREE, messages))
+    counts = np.fromiter(map(len, gpu_lists), dtype=np.int64, count=n)
     gpu_free = np.zeros((n, MAX_GPUS), dtype=np.int64)
-    gpu_reported = np.zeros(n, dtype=bool)
-    if gpu_rows:
-        counts = np.fromiter(map(len, gpu_lists), dtype=np.int64, count=len(gpu_lists))
+    gpu_reported = counts > 0
+    if gpu_reported.any():
         values = np.fromiter(chain.from_iterable(gpu_lists), dtype=np.int64, count=int(counts.sum()))
-        row_idx = np.repeat(np.array(gpu_rows, dtype=np.int64), counts)
+        row_idx = np.repeat(np.arange(n), counts)
         slots = np.arange(values.size) - np.repeat(np.cumsum(counts) - counts, counts)
         ok = slots < MAX_GPUS
         gpu_free[row_idx[ok], slots[ok]] = np.clip(values[ok], 0, MILLI_GPU_PER_DEVICE)
-        gpu_reported[np.array(gpu_rows, dtype=np.int64)] = True
+    labels: dict[int, dict[str, str]] = {}
+    taints: dict[int, tuple[Taint, ...]] = {}
+    for row in np.flatnonzero(np.fromiter(col["labels_included"], dtype=bool, count=n)).tolist():
+        m = messages[row]  # one report in `labels_every` carries them
+        labels[row] = dict(m.labels)
+        taints[row] = _taints(tuple((t.key, t.value, t.effect) for t in m.taints))
+    node = list(col["node"])
     batch = TelemetryBatch(
-        node=list(col["node"]), sequence=ints("sequence"), observed_s=floats("observed_unix_ms") / 1000.0,
+        node=node, sequence=ints("sequence"), observed_s=floats("observed_unix_ms") / 1000.0,
         alloc_milli_cpu=alloc_cpu, alloc_memory_bytes=alloc_mem, gpu_count=gpu_count,
         req_milli_cpu=ints("requested_milli_cpu"), req_memory_bytes=ints("requested_memory_bytes"),
         used_milli_cpu=floats("used_milli_cpu"), used_memory_bytes=floats("used_memory_bytes"),
         power_watts=floats("power_watts"), energy_joules=floats("energy_joules"),
         carbon_g_per_kwh=floats("carbon_g_per_kwh"), pue=floats("pue"),
         unschedulable=np.fromiter(col["unschedulable"], dtype=bool, count=n), gpu_reported=gpu_reported,
-        gpu_free_milli=gpu_free, gpu_model=list(col["gpu_model"]), labels=labels, taints=taints, entries=kept,
+        gpu_free_milli=gpu_free, gpu_model=list(col["gpu_model"]), labels=labels, taints=taints, entries=entries,
     )
-    node = batch.node
+    # Vectorised validation; the C-level min/set checks make the common all-valid batch cheap.
+    bad = np.zeros(n, dtype=bool)
+    reasons: dict[int, tuple[str, str]] = {}
+    if n and min(node) == "":
+        for row in (r for r in range(n) if not node[r]):
+            bad[row] = True
+            reasons[row] = ("invalid", "invalid: report has no node name")
+    if cluster is not None and n and set(col["cluster"]) != {cluster}:
+        for row in (r for r in range(n) if col["cluster"][r] != cluster and not bad[r]):
+            bad[row] = True
+            reasons[row] = ("foreign", f"foreign: report for cluster {col['cluster'][row]!r} on {cluster!r}'s stream")
     measured = np.stack([batch.used_milli_cpu, batch.used_memory_bytes, batch.power_watts, batch.energy_joules,
                          batch.carbon_g_per_kwh], axis=1)
-    # Vectorised validation: measurements must be finite and non-negative, GPUs within bounds.
-    bad = ~np.isfinite(measured).all(axis=1) | (measured < 0).any(axis=1) | (batch.gpu_count > MAX_GPUS)
-    bad |= (batch.alloc_milli_cpu < 0) | (batch.alloc_memory_bytes < 0)
+    invalid = ~np.isfinite(measured).all(axis=1) | (measured < 0).any(axis=1) | (gpu_count > MAX_GPUS)
+    invalid |= (alloc_cpu < 0) | (alloc_mem < 0) | (counts > MAX_GPUS)
+    for row in np.flatnonzero(invalid & ~bad).tolist():
+        reasons[row] = ("invalid", f"invalid: node {node[row]} reports a non-finite or negative measurement "
+                                   f"or more than {MAX_GPUS} GPUs")
+    bad |= invalid
     if bad.any():
-        for row in np.flatnonzero(bad):
-            rejected.append(Rejected(kept[row], "invalid", f"invalid: node {node[row]} reports a non-finite or "
-                                     f"negative measurement or more than {MAX_GPUS} GPUs"))
+        for row in sorted(reasons):
+            rejected.append(Rejected(entries[row], *reasons[row]))
         batch = batch.select(np.flatnonzero(~bad))
     return batch, rejected
 

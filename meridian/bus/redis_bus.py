@@ -4,9 +4,9 @@ Design
 ------
 * One entry per message, the protobuf bytes in field ``p``. ``publish_many`` writes a pipelined
   batch of ``XADD … MAXLEN ~ n * p <payload>`` commands, packed by hand into one buffer and sent on
-  one pooled connection (redis-py's generic pipeline builds a Python object per command, which costs
-  several times what Redis needs to execute it); replies are read back in order, every one of them,
-  so a per-entry error never desynchronises the connection.
+  a dedicated socket (redis-py's generic pipeline builds a Python object per command and parses
+  each reply in Python, several times what Redis needs to execute it); every reply is consumed in
+  bulk, so a per-entry error never desynchronises the connection and is reported.
 * The hot read, ``XREADGROUP``, goes through :class:`~meridian.bus.resp.RespSocket`, a one-pass
   RESP2 reader on its own socket (redis-py's pure-Python parser costs ~7 µs per entry); other
   commands use redis-py's pooled connections without its response callbacks (which build a dict per
@@ -90,6 +90,11 @@ class RedisStreamBus:
         if url.startswith(("redis://", "unix://")):
             self._reader = RespSocket(url, timeout_s=socket_timeout_s, connect_timeout_s=connect_timeout_s)
         self._reader_lock = threading.Lock()
+        # Publishing gets its own socket so a blocking read never holds up a publish.
+        self._writer: RespSocket | None = None
+        if self._reader is not None:
+            self._writer = RespSocket(url, timeout_s=socket_timeout_s, connect_timeout_s=connect_timeout_s)
+        self._writer_lock = threading.Lock()
 
     # ------------------------------------------------------------------ plumbing
     def _key(self, name: str) -> bytes:
@@ -120,6 +125,15 @@ class RedisStreamBus:
         if not payloads:
             return 0
         key = self._key(stream)
+        if self._writer is not None:
+            with self._writer_lock:
+                try:
+                    errors = self._writer.xadd_many(key, list(payloads), maxlen=maxlen, chunk=PIPELINE_CHUNK)
+                except (OSError, ConnectionError, ValueError) as exc:
+                    raise BusUnavailableError(f"redis at {self.url}: {exc}") from exc
+            if errors:
+                raise BusError(f"{len(errors)} of {len(payloads)} XADD failed on {stream}: {errors[0]}")
+            return len(payloads)
         trim = b"$6\r\nMAXLEN\r\n$1\r\n~\r\n" + _bulk(str(maxlen).encode()) if maxlen is not None else b""
         n_args = 5 + (3 if maxlen is not None else 0)
         head = b"*%d\r\n$4\r\nXADD\r\n%s%s$1\r\n*\r\n%s" % (n_args, _bulk(key), trim, _bulk(_PAYLOAD_FIELD_BYTES))
@@ -273,6 +287,7 @@ class RedisStreamBus:
 
     def close(self) -> None:
         self._pool.disconnect()
-        if self._reader is not None:
-            with self._reader_lock:
-                self._reader.close()
+        for sock, lock in ((self._reader, self._reader_lock), (self._writer, self._writer_lock)):
+            if sock is not None:
+                with lock:
+                    sock.close()

@@ -222,3 +222,56 @@ class RespSocket:
         except BaseException:
             self.close()
             raise
+
+    def xadd_many(self, key: bytes, payloads: list[bytes], *, maxlen: int | None, chunk: int = 2000) -> list[str]:
+        """Pipelined ``XADD key [MAXLEN ~ n] * p <payload>`` per payload; returns the error replies.
+
+        Replies are consumed in bulk: a chunk's replies are whole lines in the buffer, counted by
+        their first byte (``$`` id, ``-`` error) without building a Python object per reply.
+        """
+        sock = self._sock or self._connect()
+        trim = b"$6\r\nMAXLEN\r\n$1\r\n~\r\n$%d\r\n%d\r\n" % (len(str(maxlen)), maxlen) if maxlen is not None else b""
+        head = b"*%d\r\n$4\r\nXADD\r\n$%d\r\n%s\r\n%s$1\r\n*\r\n$%d\r\n%s\r\n" % (
+            8 if maxlen is not None else 5, len(key), key, trim, len(_PAYLOAD), _PAYLOAD)
+        errors: list[str] = []
+        try:
+            for start in range(0, len(payloads), chunk):
+                part = payloads[start:start + chunk]
+                sock.sendall(b"".join([b"%s$%d\r\n%s\r\n" % (head, len(p), p) for p in part]))
+                errors.extend(self._skip_replies(len(part)))
+        except BaseException:
+            self.close()
+            raise
+        return errors
+
+    def _skip_replies(self, count: int) -> list[str]:
+        """Consume ``count`` bulk-string or error replies; returns the errors' texts."""
+        errors: list[str] = []
+        while count:
+            buf, pos = self._buf, self._pos
+            end = buf.rfind(b"\r\n")
+            if end < pos:
+                self._fill()
+                continue
+            lines = buf[pos:end].split(b"\r\n")
+            i, used = 0, 0
+            while i < len(lines) and count:
+                kind = lines[i][:1]
+                if kind == b"$":
+                    if i + 1 >= len(lines):
+                        break  # the id line has not arrived yet
+                    used += len(lines[i]) + len(lines[i + 1]) + 4
+                    i += 2
+                elif kind == b"-":
+                    errors.append(lines[i][1:].decode(errors="replace"))
+                    used += len(lines[i]) + 2
+                    i += 1
+                else:
+                    raise ConnectionError(f"unexpected XADD reply {lines[i][:40]!r}")
+                count -= 1
+            self._pos = pos + used
+            if count:
+                self._fill()
+        if self._pos >= len(self._buf):
+            self._buf, self._pos = b"", 0
+        return errors

@@ -32,3 +32,15 @@ def test_outage_raises_unavailable_then_recovers(redis_server) -> None:
     bus.publish_many("s", [b"after"])
     assert [e.payload for e in bus.read_group("s", "g", "c", count=10)] == [b"after"]
     bus.close()
+
+
+def test_per_entry_errors_are_reported_and_the_connection_stays_usable(redis_url: str, key_prefix: str) -> None:
+    from meridian.bus import BusError
+
+    bus = RedisStreamBus(redis_url, key_prefix=key_prefix)
+    bus.set_value("not-a-stream", b"x")
+    with pytest.raises(BusError, match="2 of 2 XADD failed"):
+        bus.publish_many("not-a-stream", [b"a", b"b"])
+    assert bus.publish_many("a-stream", [b"a", b"b"]) == 2
+    assert bus.length("a-stream") == 2
+    bus.close()
