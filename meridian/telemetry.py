@@ -3,8 +3,8 @@
 ``decode_reports`` turns a batch of stream entries (one ``NodeTelemetry`` protobuf each) into a
 :class:`TelemetryBatch` — one numpy array per field, a row per valid report — plus the entries it
 rejected with a short reason class (``oversized``, ``decode``, ``invalid``, ``foreign``) and a
-readable reason. The per-message work is only protobuf parsing and field reads; everything after
-(validation, de-duplication, application) is array arithmetic over the batch.
+readable reason. Decoding is vectorised over the batch (:mod:`meridian.telemetry_wire`, with upb
+for the reports it leaves aside); validation, de-duplication and application are array arithmetic.
 
 ``extend_cluster_state`` grows a :class:`~meridian.cluster_state.ClusterState` by the nodes that
 reported for the first time, column-wise (no pydantic ``Node`` per node), so a regional scheduler
@@ -14,7 +14,7 @@ can start empty and learn its cluster from the stream.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import chain
@@ -26,6 +26,7 @@ from google.protobuf.message import DecodeError
 from meridian.bus.base import StreamEntry
 from meridian.cluster_state import MAX_GPUS, ClusterState
 from meridian.model import MILLI_GPU_PER_DEVICE, Taint
+from meridian.telemetry_wire import WireColumns, decode_wire
 from protos import telemetry_pb2
 
 #: Default upper bound on one report (a node with 8 GPUs and 100 labels is about 6 KiB).
@@ -60,6 +61,7 @@ class TelemetryBatch:
     unschedulable: np.ndarray  # bool
     gpu_reported: np.ndarray  # bool: the report listed its GPU devices
     gpu_free_milli: np.ndarray  # int64 (m, MAX_GPUS); slots past the device count hold 0
+    gpu_devices_listed: np.ndarray  # int64: devices the report listed (may exceed MAX_GPUS: invalid)
     gpu_model: list[str]
     labels: dict[int, dict[str, str]] = field(default_factory=dict)  # rows that carried labels
     taints: dict[int, tuple[Taint, ...]] = field(default_factory=dict)
@@ -83,7 +85,7 @@ class TelemetryBatch:
 
 _ARRAY_FIELDS = ("sequence", "observed_s", "alloc_milli_cpu", "alloc_memory_bytes", "gpu_count", "req_milli_cpu",
                  "req_memory_bytes", "used_milli_cpu", "used_memory_bytes", "power_watts", "energy_joules",
-                 "carbon_g_per_kwh", "pue", "unschedulable", "gpu_reported", "gpu_free_milli")
+                 "carbon_g_per_kwh", "pue", "unschedulable", "gpu_reported", "gpu_free_milli", "gpu_devices_listed")
 
 
 # The fields read from every report, in one C-level attrgetter call; node first, labels_included last.
@@ -116,21 +118,8 @@ def _parse_each(entries: list[StreamEntry], rejected: list[Rejected]) -> tuple[l
     return kept, messages
 
 
-def decode_reports(entries: Sequence[StreamEntry], *, cluster: str | None = None,
-                   max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> tuple[TelemetryBatch, list[Rejected]]:
-    """Decode and validate a batch of ``NodeTelemetry`` entries (see module docstring).
-
-    The per-report work runs in C through ``map`` (protobuf parsing, one ``attrgetter`` over the hot
-    fields); validation is vectorised over the batch, and only rejected or label-carrying reports
-    are looked at one by one.
-    """
-    rejected: list[Rejected] = []
-    entries = list(entries)
-    sizes = np.fromiter(map(len, map(_PAYLOAD_OF, entries)), dtype=np.int64, count=len(entries))
-    if (sizes > max_payload_bytes).any():
-        for i in np.flatnonzero(sizes > max_payload_bytes).tolist():
-            rejected.append(Rejected(entries[i], "oversized", f"oversized: {sizes[i]} bytes > {max_payload_bytes}"))
-        entries = [e for e, size in zip(entries, sizes.tolist(), strict=True) if size <= max_payload_bytes]
+def _upb_batch(entries: list[StreamEntry], rejected: list[Rejected]) -> tuple[TelemetryBatch, list[str]]:
+    """Decode with upb (the reference): for labels/taints, odd encodings and malformed payloads."""
     try:
         messages = list(map(_PARSE, map(_PAYLOAD_OF, entries)))
     except (DecodeError, RuntimeError, ValueError):
@@ -141,69 +130,137 @@ def decode_reports(entries: Sequence[StreamEntry], *, cluster: str | None = None
     col = dict(zip(_READ_NAMES, columns, strict=True))
 
     def ints(name: str) -> np.ndarray:
+        if name == "sequence":  # uint64 on the wire: above 2**63 it reads as negative and is rejected
+            return np.fromiter(col[name], dtype=np.uint64, count=n).view(np.int64)
         return np.fromiter(col[name], dtype=np.int64, count=n)
 
     def floats(name: str) -> np.ndarray:
         return np.fromiter(col[name], dtype=np.float64, count=n)
 
-    alloc_cpu, alloc_mem = ints("allocatable_milli_cpu"), ints("allocatable_memory_bytes")
-    gpu_count = ints("allocatable_gpu")
-    unset = (alloc_cpu == 0) & (alloc_mem == 0)  # no allocatable: capacity is allocatable
-    if unset.any():
-        alloc_cpu = np.where(unset, ints("capacity_milli_cpu"), alloc_cpu)
-        alloc_mem = np.where(unset, ints("capacity_memory_bytes"), alloc_mem)
-        gpu_count = np.where(unset, ints("capacity_gpu"), gpu_count)
     gpu_lists = list(map(_GPU_FREE, messages))
     counts = np.fromiter(map(len, gpu_lists), dtype=np.int64, count=n)
-    gpu_free = np.zeros((n, MAX_GPUS), dtype=np.int64)
-    gpu_reported = counts > 0
-    if gpu_reported.any():
-        values = np.fromiter(chain.from_iterable(gpu_lists), dtype=np.int64, count=int(counts.sum()))
-        row_idx = np.repeat(np.arange(n), counts)
-        slots = np.arange(values.size) - np.repeat(np.cumsum(counts) - counts, counts)
-        ok = slots < MAX_GPUS
-        gpu_free[row_idx[ok], slots[ok]] = np.clip(values[ok], 0, MILLI_GPU_PER_DEVICE)
+    values = np.fromiter(chain.from_iterable(gpu_lists), dtype=np.int64, count=int(counts.sum()))
     labels: dict[int, dict[str, str]] = {}
     taints: dict[int, tuple[Taint, ...]] = {}
     for row in np.flatnonzero(np.fromiter(col["labels_included"], dtype=bool, count=n)).tolist():
-        m = messages[row]  # one report in `labels_every` carries them
+        m = messages[row]
         labels[row] = dict(m.labels)
         taints[row] = _taints(tuple((t.key, t.value, t.effect) for t in m.taints))
-    node = list(col["node"])
-    batch = TelemetryBatch(
-        node=node, sequence=ints("sequence"), observed_s=floats("observed_unix_ms") / 1000.0,
+    batch = _assemble(
+        node=list(col["node"]), gpu_model=list(col["gpu_model"]), entries=entries, int_col=ints, float_col=floats,
+        gpu_counts=counts, gpu_values=values, labels=labels, taints=taints)
+    return batch, list(col["cluster"])
+
+
+def _wire_batch(wire: WireColumns, rows: np.ndarray, entries: list[StreamEntry]) -> tuple[TelemetryBatch, list[str]]:
+    """The rows the vectorised decoder handled, as a batch."""
+    values, counts = wire.gpu_free(rows)
+    included = np.flatnonzero(wire.column("labels_included")[rows] != 0).tolist()
+    batch = _assemble(
+        node=wire.strings("node", rows), gpu_model=wire.strings("gpu_model", rows), entries=entries,
+        int_col=lambda name: wire.column(name)[rows], float_col=lambda name: wire.column(name)[rows].astype(np.float64),
+        gpu_counts=counts, gpu_values=values,
+        # labels or taints present send a report to upb; here "included" means an empty set
+        labels={row: {} for row in included}, taints={row: () for row in included})
+    return batch, wire.strings("cluster", rows)
+
+
+def _assemble(*, node: list[str], gpu_model: list[str], entries: list[StreamEntry],
+              int_col: Callable[[str], np.ndarray], float_col: Callable[[str], np.ndarray],
+              gpu_counts: np.ndarray, gpu_values: np.ndarray, labels: dict[int, dict[str, str]],
+              taints: dict[int, tuple[Taint, ...]]) -> TelemetryBatch:
+    n = len(node)
+    alloc_cpu, alloc_mem = int_col("allocatable_milli_cpu"), int_col("allocatable_memory_bytes")
+    gpu_count = int_col("allocatable_gpu")
+    unset = (alloc_cpu == 0) & (alloc_mem == 0)  # no allocatable: capacity is allocatable
+    if unset.any():
+        alloc_cpu = np.where(unset, int_col("capacity_milli_cpu"), alloc_cpu)
+        alloc_mem = np.where(unset, int_col("capacity_memory_bytes"), alloc_mem)
+        gpu_count = np.where(unset, int_col("capacity_gpu"), gpu_count)
+    gpu_free = np.zeros((n, MAX_GPUS), dtype=np.int64)
+    if gpu_values.size:
+        row_idx = np.repeat(np.arange(n), gpu_counts)
+        slots = np.arange(gpu_values.size) - np.repeat(np.cumsum(gpu_counts) - gpu_counts, gpu_counts)
+        ok = slots < MAX_GPUS
+        gpu_free[row_idx[ok], slots[ok]] = np.clip(gpu_values[ok], 0, MILLI_GPU_PER_DEVICE)
+    return TelemetryBatch(
+        node=node, sequence=int_col("sequence"), observed_s=int_col("observed_unix_ms") / 1000.0,
         alloc_milli_cpu=alloc_cpu, alloc_memory_bytes=alloc_mem, gpu_count=gpu_count,
-        req_milli_cpu=ints("requested_milli_cpu"), req_memory_bytes=ints("requested_memory_bytes"),
-        used_milli_cpu=floats("used_milli_cpu"), used_memory_bytes=floats("used_memory_bytes"),
-        power_watts=floats("power_watts"), energy_joules=floats("energy_joules"),
-        carbon_g_per_kwh=floats("carbon_g_per_kwh"), pue=floats("pue"),
-        unschedulable=np.fromiter(col["unschedulable"], dtype=bool, count=n), gpu_reported=gpu_reported,
-        gpu_free_milli=gpu_free, gpu_model=list(col["gpu_model"]), labels=labels, taints=taints, entries=entries,
+        req_milli_cpu=int_col("requested_milli_cpu"), req_memory_bytes=int_col("requested_memory_bytes"),
+        used_milli_cpu=float_col("used_milli_cpu"), used_memory_bytes=float_col("used_memory_bytes"),
+        power_watts=float_col("power_watts"), energy_joules=float_col("energy_joules"),
+        carbon_g_per_kwh=float_col("carbon_g_per_kwh"), pue=float_col("pue"),
+        unschedulable=int_col("unschedulable") != 0, gpu_reported=gpu_counts > 0, gpu_free_milli=gpu_free,
+        gpu_model=gpu_model, labels=labels, taints=taints, entries=entries, gpu_devices_listed=gpu_counts,
     )
-    # Vectorised validation; the C-level min/set checks make the common all-valid batch cheap.
+
+
+def _concat(a: TelemetryBatch, b: TelemetryBatch) -> TelemetryBatch:
+    if not len(b):
+        return a
+    if not len(a):
+        return b
+    shift = len(a)
+    arrays = {name: np.concatenate([getattr(a, name), getattr(b, name)]) for name in _ARRAY_FIELDS}
+    return TelemetryBatch(
+        node=a.node + b.node, gpu_model=a.gpu_model + b.gpu_model, entries=a.entries + b.entries,
+        labels={**a.labels, **{r + shift: v for r, v in b.labels.items()}},
+        taints={**a.taints, **{r + shift: v for r, v in b.taints.items()}}, **arrays)
+
+
+def decode_reports(entries: Sequence[StreamEntry], *, cluster: str | None = None,
+                   max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> tuple[TelemetryBatch, list[Rejected]]:
+    """Decode and validate a batch of ``NodeTelemetry`` entries (see module docstring).
+
+    Most reports go through the vectorised wire decoder (:mod:`meridian.telemetry_wire`); those it
+    leaves aside (labels and taints, unusual encodings, malformed bytes) go through upb. Validation
+    is vectorised over the batch, and only rejected reports are looked at one by one.
+    """
+    rejected: list[Rejected] = []
+    entries = list(entries)
+    sizes = np.fromiter(map(len, map(_PAYLOAD_OF, entries)), dtype=np.int64, count=len(entries))
+    if (sizes > max_payload_bytes).any():
+        for i in np.flatnonzero(sizes > max_payload_bytes).tolist():
+            rejected.append(Rejected(entries[i], "oversized", f"oversized: {sizes[i]} bytes > {max_payload_bytes}"))
+        entries = [e for e, size in zip(entries, sizes.tolist(), strict=True) if size <= max_payload_bytes]
+    wire = decode_wire(list(map(_PAYLOAD_OF, entries)))
+    fast = np.flatnonzero(~wire.slow)
+    batch, clusters = _wire_batch(wire, fast, [entries[r] for r in fast.tolist()] if wire.slow.any() else entries)
+    if wire.slow.any():
+        slow_batch, slow_clusters = _upb_batch([entries[r] for r in np.flatnonzero(wire.slow).tolist()], rejected)
+        batch, clusters = _concat(batch, slow_batch), clusters + slow_clusters
+    return _validate(batch, clusters, cluster, rejected), rejected
+
+
+def _validate(batch: TelemetryBatch, clusters: list[str], cluster: str | None,
+              rejected: list[Rejected]) -> TelemetryBatch:
+    """Drop invalid rows into ``rejected``; the C-level min/set checks keep an all-valid batch cheap."""
+    n = len(batch)
+    node = batch.node
     bad = np.zeros(n, dtype=bool)
     reasons: dict[int, tuple[str, str]] = {}
     if n and min(node) == "":
         for row in (r for r in range(n) if not node[r]):
             bad[row] = True
             reasons[row] = ("invalid", "invalid: report has no node name")
-    if cluster is not None and n and set(col["cluster"]) != {cluster}:
-        for row in (r for r in range(n) if col["cluster"][r] != cluster and not bad[r]):
+    if cluster is not None and n and set(clusters) != {cluster}:
+        for row in (r for r in range(n) if clusters[r] != cluster and not bad[r]):
             bad[row] = True
-            reasons[row] = ("foreign", f"foreign: report for cluster {col['cluster'][row]!r} on {cluster!r}'s stream")
+            reasons[row] = ("foreign", f"foreign: report for cluster {clusters[row]!r} on {cluster!r}'s stream")
     measured = np.stack([batch.used_milli_cpu, batch.used_memory_bytes, batch.power_watts, batch.energy_joules,
                          batch.carbon_g_per_kwh], axis=1)
-    invalid = ~np.isfinite(measured).all(axis=1) | (measured < 0).any(axis=1) | (gpu_count > MAX_GPUS)
-    invalid |= (alloc_cpu < 0) | (alloc_mem < 0) | (counts > MAX_GPUS)
+    invalid = ~np.isfinite(measured).all(axis=1) | (measured < 0).any(axis=1) | (batch.gpu_count > MAX_GPUS)
+    invalid |= (batch.alloc_milli_cpu < 0) | (batch.alloc_memory_bytes < 0) | (batch.gpu_devices_listed > MAX_GPUS)
+    invalid |= batch.sequence < 0
     for row in np.flatnonzero(invalid & ~bad).tolist():
-        reasons[row] = ("invalid", f"invalid: node {node[row]} reports a non-finite or negative measurement "
-                                   f"or more than {MAX_GPUS} GPUs")
+        reasons[row] = ("invalid", f"invalid: node {node[row]} reports a non-finite or negative measurement, "
+                                   f"more than {MAX_GPUS} GPUs or a sequence beyond 2**63")
     bad |= invalid
-    if bad.any():
-        for row in sorted(reasons):
-            rejected.append(Rejected(entries[row], *reasons[row]))
-        batch = batch.select(np.flatnonzero(~bad))
-    return batch, rejected
+    if not bad.any():
+        return batch
+    for row in sorted(reasons):
+        rejected.append(Rejected(batch.entries[row], *reasons[row]))
+    return batch.select(np.flatnonzero(~bad))
 
 
 def extend_cluster_state(state: ClusterState, batch: TelemetryBatch, rows: np.ndarray) -> ClusterState:

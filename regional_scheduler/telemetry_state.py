@@ -130,7 +130,8 @@ class TelemetryState:
             unknown = np.flatnonzero(idx < 0)
             if unknown.size:
                 first_rows: dict[str, int] = {}
-                for r in unknown.tolist():
+                # A node joins with a report that carries its labels when the batch has one.
+                for r in sorted(unknown.tolist(), key=lambda r: r not in batch.labels):
                     first_rows.setdefault(batch.node[r], r)
                 self._grow(batch, np.fromiter(first_rows.values(), dtype=np.int64, count=len(first_rows)))
                 index = self.state.index
