@@ -91,6 +91,8 @@ def _client_main(port: int, rate: float, duration_s: float, index: int, start_at
     spec = api.WorkloadSpec(name="bench", tenant=f"tenant-{index}", replicas=2,
                             requests=api.ResourceQuantities(cpu="500m", memory="1Gi"))
 
+    sent_at: list[float] = []
+
     def done(fut: Any, t0: float) -> None:
         nonlocal errors
         dt = time.perf_counter() - t0
@@ -98,6 +100,7 @@ def _client_main(port: int, rate: float, duration_s: float, index: int, start_at
             w = fut.result()
             with lock:
                 latencies.append(dt)
+                sent_at.append(t0 - t_start)
                 ids.append(w.id)
         except grpc.RpcError:
             with lock:
@@ -125,7 +128,7 @@ def _client_main(port: int, rate: float, duration_s: float, index: int, start_at
     for _ in range(512):
         inflight.acquire()
     channel.close()
-    out_q.put({"latencies": latencies, "ids": ids, "errors": errors, "sent": n,
+    out_q.put({"latencies": latencies, "sent_at": sent_at, "ids": ids, "errors": errors, "sent": n,
                "elapsed": time.perf_counter() - t_start})
 
 
@@ -174,6 +177,9 @@ def run_api_bench(*, redis_url: str, rate: float = 1200.0, duration_s: float = 1
     stats = stats_q.get(timeout=180)
     server.join(timeout=30)
     latencies = np.concatenate([np.array(r["latencies"]) for r in results]) * 1000
+    sent_at = np.concatenate([np.array(r["sent_at"]) for r in results])
+    per_second_p99 = [round(float(np.percentile(latencies[(sent_at >= s) & (sent_at < s + 1)], 99)), 1)
+                      for s in range(int(duration_s)) if ((sent_at >= s) & (sent_at < s + 1)).any()]
     ids = [i for r in results for i in r["ids"]]
     errors = sum(r["errors"] for r in results)
     elapsed = max(r["elapsed"] for r in results)
@@ -201,4 +207,5 @@ def run_api_bench(*, redis_url: str, rate: float = 1200.0, duration_s: float = 1
         policy=policy, clients=clients, clusters=clusters)
     res.__dict__.update({"server_" + k: v for k, v in stats.items()})
     res.__dict__["cpu_count"] = os.cpu_count()
+    res.__dict__["latency_ms_p99_per_second"] = per_second_p99
     return res

@@ -72,6 +72,8 @@ class DispatchWorkerSettings(BaseSettings):
     claim_idle_ms: int = Field(30_000, ge=1000, description="Pending entries idle this long belong to a dead "
                                "consumer and are claimed (XAUTOCLAIM); longer than any single apply.")
     summary_interval_s: float = Field(5.0, gt=0, description="Seconds between summaries of a simulated cluster.")
+    start_delay_s: float = Field(0.0, ge=0, description="Simulated pod start time (image pull, init): RUNNING "
+                                 "follows SCHEDULED after this long; 0 = at once.")
     carbon_g_per_kwh: float = Field(0.0, ge=0, description="Grid intensity reported for a simulated cluster.")
     pue: float = Field(1.2, ge=1, description="PUE reported for a simulated cluster.")
     backoff_s: tuple[float, ...] = Field((0.2, 0.5, 1.0, 2.0, 5.0), description="Delays while the bus is down.")
@@ -102,6 +104,7 @@ class DispatchWorker:
         self.events = events_stream(self.cluster)
         self.placed_total = 0
         self.failed_total = 0
+        self.starting: list[tuple[float, str, int, list[str]]] = []  # (due, workload, attempt, nodes)
 
     # ------------------------------------------------------------------ apply
     def _event(self, wid: str, attempt: int, phase: int, reason: str = "", nodes: Sequence[str] = ()) -> bytes:
@@ -143,8 +146,25 @@ class DispatchWorker:
             self.held[msg.workload_id] = held
             self.placed_total += 1
             nodes = [self.state.names[pl.node] for _, pl in held.pods]
-        return [self._event(msg.workload_id, msg.attempt, dpb.PLACEMENT_PHASE_SCHEDULED, nodes=nodes),
-                self._event(msg.workload_id, msg.attempt, dpb.PLACEMENT_PHASE_RUNNING, nodes=nodes)]
+            scheduled = self._event(msg.workload_id, msg.attempt, dpb.PLACEMENT_PHASE_SCHEDULED, nodes=nodes)
+            if self.settings.start_delay_s > 0:
+                self.starting.append((self.clock() + self.settings.start_delay_s, msg.workload_id, msg.attempt, nodes))
+                return [scheduled]
+        return [scheduled, self._event(msg.workload_id, msg.attempt, dpb.PLACEMENT_PHASE_RUNNING, nodes=nodes)]
+
+    def due_starts(self) -> list[bytes]:
+        """RUNNING events of simulated pods whose start delay has passed (and that were not released)."""
+        now = self.clock()
+        out = []
+        with self.lock:
+            keep = []
+            for due, wid, attempt, nodes in self.starting:
+                if due > now:
+                    keep.append((due, wid, attempt, nodes))
+                elif (held := self.held.get(wid)) is not None and held.attempt == attempt:
+                    out.append(self._event(wid, attempt, dpb.PLACEMENT_PHASE_RUNNING, nodes=nodes))
+            self.starting = keep
+        return out
 
     def release(self, msg: dpb.ReleaseWorkload) -> list[bytes]:
         with self.lock:
@@ -229,6 +249,9 @@ class DispatchWorker:
                     self.publish_summary()
                     next_summary = time.monotonic() + self.settings.summary_interval_s
                 self.poll_once()
+                started = self.due_starts()
+                if started:
+                    self.bus.publish_many(self.events, started, maxlen=self.settings.events_maxlen)
                 failures = 0
             except (BusUnavailableError, BusError) as exc:
                 delay = self.settings.backoff_s[min(failures, len(self.settings.backoff_s) - 1)]

@@ -45,6 +45,14 @@ class Federation:
     def stop_cluster(self, name: str) -> None:
         self.stops[name].set()
 
+    def start_cluster(self, name: str) -> None:
+        """(Re)start the cluster's worker thread: its summaries resume, so the registry sees it come back."""
+        stop = threading.Event()
+        t = threading.Thread(target=self.workers[name].run, args=(stop,), daemon=True)
+        t.start()
+        self.stops[name] = stop
+        self.threads.append(t)
+
 
 def wait_for(predicate: Callable[[], object], timeout_s: float = 30.0, what: str = "condition") -> object:
     deadline = time.monotonic() + timeout_s
@@ -61,7 +69,7 @@ def federation(redis_url: str, key_prefix: str) -> Iterator[Callable[..., Federa
     made: list[Federation] = []
 
     def make(clusters: dict[str, tuple[str, int, float]] | None = None, *, tokens: list[str] | None = None,
-             policy: str = "karmada", cluster_timeout_s: float = 2.0) -> Federation:
+             policy: str = "karmada", cluster_timeout_s: float = 2.0, start_delay_s: float = 0.0) -> Federation:
         clusters = clusters or {"north-1": ("eu-north", 4, 10.0), "central-1": ("eu-central", 4, 300.0)}
         settings = GlobalSchedulerSettings(
             api={"listen": "127.0.0.1:0", "auth_tokens": [TOKEN] if tokens is None else tokens, "max_workers": 8},
@@ -75,12 +83,9 @@ def federation(redis_url: str, key_prefix: str) -> Iterator[Callable[..., Federa
             worker = DispatchWorker(
                 bus=open_bus(redis_url, key_prefix=key_prefix), state=simulated_cluster(nodes(name, count)),
                 settings=DispatchWorkerSettings(cluster=name, region=region, summary_interval_s=0.2,
-                                                carbon_g_per_kwh=carbon, block_ms=50))
-            stop = threading.Event()
-            t = threading.Thread(target=worker.run, args=(stop,), daemon=True)
-            t.start()
-            fed.workers[name], fed.stops[name] = worker, stop
-            fed.threads.append(t)
+                                                carbon_g_per_kwh=carbon, block_ms=50, start_delay_s=start_delay_s))
+            fed.workers[name] = worker
+            fed.start_cluster(name)
         wait_for(lambda: len(engine.registry.names()) == len(clusters), what="clusters to report")
         made.append(fed)
         return fed

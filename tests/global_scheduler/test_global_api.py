@@ -220,3 +220,23 @@ def test_rejected_by_cluster_is_rerouted(federation) -> None:
     assert done.cluster == "central-1" and done.attempt == 2
     assert fed.workers["north-1"].failed_total == 1
     assert int(fed.workers["north-1"].state.req_milli_cpu.sum()) == 0  # all or nothing: nothing left behind
+
+
+def test_failback_of_deferrable_work_that_has_not_started(federation) -> None:
+    # Pods take 30 s to start on these simulated clusters, so dispatched work stays SCHEDULED.
+    fed = federation({"north-1": ("eu-north", 4, 10.0), "central-1": ("eu-central", 4, 300.0)},
+                     policy="least-carbon", start_delay_s=30.0)
+    stub = fed.stub()
+    fed.stop_cluster("north-1")
+    wait_for(lambda: not fed.engine.registry.is_ready("north-1"), what="north-1 to be marked down")
+    batch = spec(name="train", replicas=1, deferrable=True, deadline_unix_s=time.time() + 6 * 3600,
+                 weights=api.ObjectiveWeights(energy=1.0))
+    # Deferring is the policy's call; least-carbon never defers, so the job goes to the only live cluster.
+    w = stub.SubmitWorkload(api.SubmitWorkloadRequest(spec=batch), metadata=AUTH)
+    first = wait_state(stub, w.id, api.WORKLOAD_STATE_SCHEDULED)
+    assert first.cluster == "central-1"
+    fed.start_cluster("north-1")  # the cleaner cluster recovers before the job started
+    moved = wait_for(lambda: (x := stub.GetWorkload(api.GetWorkloadRequest(id=w.id), metadata=AUTH)).cluster
+                     == "north-1" and x.state == api.WORKLOAD_STATE_SCHEDULED and x, 30, "failback to north-1")
+    assert moved.attempt == 2
+    wait_for(lambda: w.id not in fed.workers["central-1"].held, what="central-1 to release the job")

@@ -15,6 +15,7 @@ from gnn.policy import DEFAULT_CHECKPOINT, GnnRoutingNet, set_random_seed
 from gnn.train import agreement, train_imitation
 
 GIB = 2**30
+torch.set_num_threads(1)  # the suite runs beside other workers on 2 cores
 
 
 def clusters(n: int = 6, seed: int = 0) -> ClusterFeatures:
@@ -92,7 +93,7 @@ def test_imitation_learns_a_teacher() -> None:
         target[int(np.argmin(c.carbon_now))] = 1.0  # the teacher: cleanest cluster
         buffer.add(DecisionSample(net.graph(c, workload()), target, np.ones(7, dtype=bool)))
     before = agreement(net, buffer)
-    losses = train_imitation(net, buffer, epochs=25, batch_size=32, lr=1e-2, seed=int(rng.integers(100)))
+    losses = train_imitation(net, buffer, epochs=15, batch_size=32, lr=2e-2, seed=int(rng.integers(100)))
     assert losses[-1] < losses[0]
     assert agreement(net, buffer) > max(before, 0.8)
 
