@@ -29,6 +29,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import psutil
+import redis
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -47,7 +48,7 @@ BENCH_CLUSTER = "bench"
 
 def _producer(index: int, n_producers: int, nodes: int, url: str, key_prefix: str, node_list: str | None,
               interval_s: float, chunk: int, maxlen: int, ready: mp.Queue, start: mp.Event, stop: mp.Event,
-              published: mp.Value) -> None:  # type: ignore[type-arg]
+              published: mp.Value, producer_cpu_s: mp.Value) -> None:  # type: ignore[type-arg]
     """One simulated-agent process: a slice of the fleet, publishing until ``stop``."""
     share = nodes // n_producers + (nodes % n_producers if index == n_producers - 1 else 0)
     fleet = SimulatedFleet(cluster=BENCH_CLUSTER, region="bench", n_nodes=share, seed=index,
@@ -56,6 +57,7 @@ def _producer(index: int, n_producers: int, nodes: int, url: str, key_prefix: st
     stream = telemetry_stream(BENCH_CLUSTER)
     ready.put(index)
     start.wait()
+    cpu_started = time.process_time()
     t0, rounds = time.time(), 0
     while not stop.is_set():
         now = time.time()
@@ -76,6 +78,8 @@ def _producer(index: int, n_producers: int, nodes: int, url: str, key_prefix: st
             with published.get_lock():
                 published.value += len(payloads)
         rounds += 1
+    with producer_cpu_s.get_lock():
+        producer_cpu_s.value += time.process_time() - cpu_started
     bus.close()
 
 
@@ -149,10 +153,17 @@ def bench_telemetry(
     ctx = mp.get_context("spawn")
     ready, start, stop = ctx.Queue(), ctx.Event(), ctx.Event()
     published = ctx.Value("q", 0)
+    producer_cpu_s = ctx.Value("d", 0.0)
+    redis_info = redis.Redis.from_url(redis_url)
+
+    def redis_cpu_s() -> float:
+        info = redis_info.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
     maxlen = max(4 * nodes, 200_000)
     procs = [ctx.Process(target=_producer, args=(i, producers, nodes, redis_url, key_prefix,
                                                  str(node_list) if node_list else None, interval_s, chunk, maxlen,
-                                                 ready, start, stop, published), daemon=True)
+                                                 ready, start, stop, published, producer_cpu_s), daemon=True)
              for i in range(producers)]
     me = psutil.Process()
     rss: list[tuple[float, float]] = []
@@ -168,13 +179,14 @@ def bench_telemetry(
         t_end = float("inf")
         give_up_warmup = t_warm + 300.0  # a consumer that cannot see every node in 5 minutes is measured as is
         applied_warm = published_warm = None
-        cpu_warm = None
+        cpu_warm = redis_cpu_warm = None
         next_rss = t_start
         with console.status(f"end-to-end: warm-up (≥ {warmup_s:g} s, every node seen), then {duration_s:g} s …"):
             while (now := time.perf_counter()) < t_end:
                 if applied_warm is None and now >= t_warm and (state.state.n_nodes >= nodes or now > give_up_warmup):
                     applied_warm, published_warm = state.applied_total, published.value
                     cpu_warm = sum(me.cpu_times()[:2])
+                    redis_cpu_warm = redis_cpu_s()
                     t_warm = now
                     t_end = t_warm + duration_s
                 if now >= next_rss:
@@ -184,6 +196,8 @@ def bench_telemetry(
         t_stop = time.perf_counter()
         applied_end, published_end = state.applied_total, published.value
         cpu_end = sum(me.cpu_times()[:2])
+        redis_cpu_end = redis_cpu_s()
+        published_total = published.value
         rss.append((t_stop - t_start, me.memory_info().rss / 2**20))
     finally:
         stop.set()
@@ -197,6 +211,15 @@ def bench_telemetry(
     window = t_stop - t_warm
     applied = applied_end - (applied_warm or 0)
     reports_per_s = applied / window
+    consumer_us = (cpu_end - (cpu_warm or 0)) / max(applied, 1) * 1e6
+    # The producers' CPU covers their whole run (warm-up included), per report they published.
+    producer_us = producer_cpu_s.value / max(published_total, 1) * 1e6
+    published_window = published_end - (published_warm or 0)
+    # Redis serves both sides; its CPU per report is per report published in the window.
+    redis_us = (redis_cpu_end - (redis_cpu_warm or redis_cpu_end)) / max(published_window, 1) * 1e6
+    total_us = consumer_us + producer_us + redis_us
+    warm_at = t_warm - t_start
+    rss_warm = next((m for t, m in rss if t >= warm_at), rss[-1][1])
     results = {
         "nodes": nodes, "producers": producers, "interval_s": interval_s, "duration_s": round(window, 2),
         "warmup_s": round(t_warm - t_start, 2),
@@ -208,9 +231,17 @@ def bench_telemetry(
         "raw_xadd_python_per_s": round(raw_python, 1),
         "raw_xadd_redis_benchmark_per_s": round(raw_rb, 1) if raw_rb is not None else None,
         "ratio_to_raw_xadd": round(reports_per_s / (raw_rb if raw_rb is not None else raw_python), 3),
-        "consumer_cpu_us_per_report": round((cpu_end - (cpu_warm or 0)) / max(applied, 1) * 1e6, 2),
+        "consumer_cpu_us_per_report": round(consumer_us, 2),
+        "producer_cpu_us_per_report": round(producer_us, 2),
+        "redis_cpu_us_per_report": round(redis_us, 2),
+        "total_cpu_us_per_report": round(total_us, 2),
+        # What two otherwise idle cores could carry if the three processes shared them perfectly.
+        "cpu_bound_reports_per_s_on_2_cores": round(2e6 / total_us, 1) if total_us > 0 else None,
+        "load_average_1m": round(os.getloadavg()[0], 2),
         "consumer_rss_mb": round(rss[-1][1], 1),
-        "consumer_rss_mb_after_warmup": round(next((m for t, m in rss if t >= warmup_s), rss[-1][1]), 1),
+        "consumer_rss_mb_after_warmup": round(rss_warm, 1),
+        # Growth of the consumer's RSS per minute over the measured window (flat memory: ~0).
+        "consumer_rss_mb_per_min": round((rss[-1][1] - rss_warm) / max(window, 1e-9) * 60, 2),
         "consumer_rss_mb_max": round(max(m for _, m in rss), 1),
         "rss_samples_mb": [[round(t, 1), round(m, 1)] for t, m in rss],
         "nodes_in_state": state.state.n_nodes,
@@ -225,7 +256,10 @@ def bench_telemetry(
     table.add_column("value", justify="right")
     for key in ("reports_per_s", "published_per_s", "raw_xadd_per_s", "raw_xadd_python_per_s",
                 "raw_xadd_redis_benchmark_per_s", "ratio_to_raw_xadd", "consumer_cpu_us_per_report",
-                "consumer_rss_mb_after_warmup", "consumer_rss_mb", "consumer_rss_mb_max", "nodes_in_state",
+                "producer_cpu_us_per_report", "redis_cpu_us_per_report", "total_cpu_us_per_report",
+                "cpu_bound_reports_per_s_on_2_cores", "load_average_1m",
+                "consumer_rss_mb_after_warmup", "consumer_rss_mb", "consumer_rss_mb_max", "consumer_rss_mb_per_min",
+                "warmup_s", "nodes_in_state",
                 "stream_backlog_at_end", "dead_lettered"):
         value = results[key]
         table.add_row(key, f"{value:,.1f}" if isinstance(value, float) else str(value))
