@@ -45,7 +45,12 @@ class ApiBenchResult:
 
 def _server_main(redis_url: str, prefix: str, policy: str, port_q: mp.Queue, stop_ev: mp.Event,
                  stats_q: mp.Queue) -> None:
+    import gc
+
     import torch
+
+    if os.environ.get("MERIDIAN_BENCH_GC") == "off":
+        gc.disable()
 
     torch.set_num_threads(1)
     from global_scheduler.scheduler import GlobalScheduler

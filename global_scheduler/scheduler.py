@@ -38,6 +38,7 @@ from global_scheduler.routing.registry import get_policy
 from global_scheduler.settings import GlobalSchedulerSettings
 from global_scheduler.store import ACTIVE_ON_CLUSTER, TERMINAL, WorkloadStore
 from gnn.features import ClusterFeatures, WorkloadFeatures
+from meridian import observability as obs
 from meridian.bus import (
     SUMMARY_STREAM,
     BusError,
@@ -79,6 +80,9 @@ class GlobalScheduler:
             kwargs = {"checkpoint": settings.routing.checkpoint} if settings.routing.policy == "gnn" else {}
             policy = get_policy(settings.routing.policy, **kwargs)
         self.router = Router(policy)
+        self.policy_name = getattr(policy, "name", type(policy).__name__)
+        self._latency = obs.DECISION_LATENCY.labels(component="global", policy=self.policy_name)
+        self._fallbacks_seen = 0
         self._queue: deque[str] = deque()
         self._queued: set[str] = set()
         self._deferred: dict[str, float] = {}
@@ -215,7 +219,9 @@ class GlobalScheduler:
                 view = _without(feats, [i for i, n in enumerate(names) if n in excluded])
             t0 = time.perf_counter()
             decision = self.router.decide(lambda view=view: view, wf)
-            self.decision_seconds.append(time.perf_counter() - t0)
+            elapsed = time.perf_counter() - t0
+            self.decision_seconds.append(elapsed)
+            self._latency.observe(elapsed)
             if decision.cluster >= 0:
                 c = decision.cluster
                 cluster = names[c]
@@ -249,17 +255,25 @@ class GlobalScheduler:
                 fits = self.registry.ever_fits(replicas=w.spec.replicas, milli_cpu=entry.requests.milli_cpu,
                                                memory_bytes=entry.requests.memory_bytes,
                                                gpu=entry.requests.gpu_fraction, allowed_regions=allowed)
+                reason = max(decision.diagnosis, key=decision.diagnosis.get) if decision.diagnosis else "no cluster"
+                obs.PLACEMENT_FAILURES.labels(component="global", cluster="", reason=reason).inc()
                 if fits is False:
                     self.store.update(wid, state=api.WORKLOAD_STATE_FAILED,
                                       message="no allowed cluster can ever fit it: " + decision.explain(len(names)))
                 else:
                     self.store.update(wid, message="waiting: " + decision.explain(len(names)))
                     self._hold(wid, now + 2.0)
+        fallbacks = getattr(self.router.policy, "fallbacks", 0)
+        if fallbacks > self._fallbacks_seen:
+            obs.POLICY_FALLBACKS.labels(component="global", policy=self.policy_name, reason="model unavailable").inc(
+                fallbacks - self._fallbacks_seen)
+            self._fallbacks_seen = fallbacks
         for cluster, items in outgoing.items():
             try:
                 self.bus.publish_many(dispatch_stream(cluster), [p for _, _, p in items],
                                       maxlen=self.settings.bus.dispatch_maxlen)
                 self.dispatched_total += len(items)
+                obs.PLACEMENTS.labels(component="global", cluster=cluster, policy=self.policy_name).inc(len(items))
             except (BusUnavailableError, BusError) as exc:
                 log.warning("dispatch to %s failed (%s); requeueing %d workloads", cluster, exc, len(items))
                 for wid, attempt, _ in items:
@@ -306,6 +320,7 @@ class GlobalScheduler:
                 except Exception as exc:
                     self.bus.dead_letter(stream, entry, reason=f"decode error: {exc}", group=self.instance,
                                          consumer=self.instance)
+                    obs.STREAM_DEAD_LETTERS.labels(stream=stream, reason="decode").inc()
                     continue
                 seen = min(self.clock(), summary.generated_unix_ms / 1000.0) if summary.generated_unix_ms else self.clock()
                 if self.registry.apply(summary, now_s=seen):
@@ -348,6 +363,7 @@ class GlobalScheduler:
                     except Exception as exc:
                         self.bus.dead_letter(stream, entry, reason=f"decode error: {exc}", group=EVENTS_GROUP,
                                              consumer=self.instance)
+                        obs.STREAM_DEAD_LETTERS.labels(stream="meridian:events", reason="decode").inc()
                         continue
                     self.apply_event(event)
                 if entries:

@@ -35,6 +35,7 @@ import numpy as np
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from meridian import observability as obs
 from meridian.bus import (
     SUMMARY_STREAM,
     BusError,
@@ -139,12 +140,16 @@ class DispatchWorker:
                         self.state.release(p, pl)
                     why = decision.diagnosis.summary if decision.diagnosis is not None else "no node fits"
                     self.failed_total += 1
+                    obs.PLACEMENT_FAILURES.labels(component="regional-dispatch", cluster=self.cluster,
+                                                  reason="no node fits a replica").inc()
                     return [self._event(msg.workload_id, msg.attempt, dpb.PLACEMENT_PHASE_FAILED,
                                         f"replica {i + 1}/{msg.replicas}: {why}")]
                 self.state.allocate(pod, decision.placement)
                 held.pods.append((pod, decision.placement))
             self.held[msg.workload_id] = held
             self.placed_total += 1
+            obs.PLACEMENTS.labels(component="regional-dispatch", cluster=self.cluster,
+                                  policy=self.settings.policy).inc(len(held.pods))
             nodes = [self.state.names[pl.node] for _, pl in held.pods]
             scheduled = self._event(msg.workload_id, msg.attempt, dpb.PLACEMENT_PHASE_SCHEDULED, nodes=nodes)
             if self.settings.start_delay_s > 0:
@@ -201,6 +206,7 @@ class DispatchWorker:
             except Exception as exc:
                 self.bus.dead_letter(self.stream, entry, reason=f"cannot apply: {exc}", group=GROUP,
                                      consumer=self.consumer)
+                obs.STREAM_DEAD_LETTERS.labels(stream="meridian:dispatch", reason="apply").inc()
         if out:
             self.bus.publish_many(self.events, out, maxlen=self.settings.events_maxlen)
         self.bus.ack(self.stream, GROUP, [e.entry_id for e in entries])
