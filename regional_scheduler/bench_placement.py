@@ -79,6 +79,7 @@ def summarize(results: Sequence[RunResult], total_gpus: int) -> dict[str, Any]:
         "unallocated_gpus_at_100": None if alloc100 is None else (100.0 - alloc100) / 100.0 * total_gpus,
         "frag_gpu_pct_at_100": _mean([c["frag_gpu_pct"] if c else None for c in at100]),
         "gpu_alloc_pct_at_130": _mean([r.curve[130]["gpu_alloc_pct"] if 130 in r.curve else None for r in results]),
+        "gpu_alloc_pct_time_mean": _mean([r.final.get("mean_gpu_alloc_pct") for r in results]),
         "failure_rate": _mean([r.failure_rate for r in results]),
         "cpu_alloc_pct": _mean([r.final.get("mean_cpu_alloc_pct", r.final["cpu_alloc_pct"]) for r in results]),
         "mem_alloc_pct": _mean([r.final.get("mean_mem_alloc_pct", r.final["mem_alloc_pct"]) for r in results]),
