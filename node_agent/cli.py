@@ -54,7 +54,8 @@ def build_agent(settings: AgentSettings) -> NodeAgent:
                                  idle_watts=settings.power.idle_watts, max_watts=settings.power.max_watts),
             carbon=carbon, kube=kube, labels_every=settings.publish.labels_every)
     publisher = ReportPublisher(bus=bus, stream=telemetry_stream(settings.cluster),
-                                buffer_max=settings.publish.buffer_reports_per_node * reporter.n_nodes,
+                                buffer_max=min(settings.publish.buffer_reports_per_node * reporter.n_nodes,
+                                               settings.publish.buffer_max_reports),
                                 maxlen=settings.publish.stream_maxlen, backoff_s=settings.publish.backoff_s)
     return NodeAgent(reporter=reporter, publisher=publisher, interval_s=settings.publish.interval_s,
                      jitter_s=settings.publish.jitter_s, seed=settings.node_name)

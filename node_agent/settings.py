@@ -22,6 +22,8 @@ class PublishSettings(BaseModel):
                             "together does not report in lock-step.")
     buffer_reports_per_node: int = Field(900, ge=1, description="Reports buffered per node during a bus outage "
                                          "(900 × 2 s = 30 minutes); older ones are dropped and counted.")
+    buffer_max_reports: int = Field(200_000, ge=1, description="Cap on the whole buffer (reports, ~330 bytes "
+                                    "each: ~66 MB) whatever the node count, for simulated fleets.")
     stream_maxlen: int = Field(1_000_000, ge=1000, description="Approximate length bound of the cluster's telemetry "
                                "stream (entries): ~20 s of a 100,000-node cluster, ~300 MB of Redis memory.")
     backoff_s: tuple[float, ...] = Field((0.5, 1.0, 2.0, 5.0, 10.0), description="Delays (s) between publish "
