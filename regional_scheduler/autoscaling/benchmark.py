@@ -23,9 +23,11 @@ VIOLATION_REDUCTION_TARGET = 0.40
 REPLICA_HOURS_LIMIT = 1.05
 
 
-def _policy(name: str, z: float, checkpoint: Path | None) -> AutoscalingPolicy:
+def _policy(name: str, z: dict[str, float], checkpoint: Path | None) -> AutoscalingPolicy:
     if name == forecast_policy.NAME:
-        return forecast_policy.build(z)
+        return forecast_policy.build(z[name])
+    if name == forecast_policy.BURST_NAME:
+        return forecast_policy.build_burst(z[name])
     if name == learned_policy.NAME:
         return learned_policy.build(checkpoint)
     return build_policy(name)
@@ -47,17 +49,18 @@ def run_benchmark(series: list[Path], policies: list[str], *, checkpoint: Path |
     results: dict[str, Any] = {}
     for path in series:
         scenario = build_scenario(path, settings)
-        calibration = calibrate_forecast_headroom(scenario)
+        z = {name: calibrate_forecast_headroom(scenario, burst=name == forecast_policy.BURST_NAME).z
+             for name in policies if name in (forecast_policy.NAME, forecast_policy.BURST_NAME)}
         per_policy: dict[str, dict[str, float]] = {}
         for name in policies:
-            per_policy[name] = scenario.held_back(_policy(name, calibration.z, checkpoint))
+            per_policy[name] = scenario.held_back(_policy(name, z, checkpoint))
             if advance is not None:
                 advance(f"{scenario.name}: {name}")
         entry: dict[str, Any] = {
             "file": str(path), "source_step_s": scenario.series.source_step_s,
             "train_days": scenario.split.train_days, "held_back_days": round(scenario.split.held_back_days, 3),
             "capacity_per_replica_rpm": scenario.context.sizing.capacity_per_replica_rpm,
-            "forecast_headroom_z": calibration.z, "policies": per_policy,
+            "forecast_headroom_z": z, "policies": per_policy,
         }
         if "hpa" in per_policy:
             entry["vs_hpa"] = {n: compare_with_hpa(per_policy["hpa"], r) for n, r in per_policy.items() if n != "hpa"}

@@ -52,7 +52,7 @@ def bench_autoscale(
     if unknown:
         raise typer.BadParameter(f"unknown policies {unknown}; known: {sorted(REGISTRY)}")
     paths = _series_arg(series)
-    console = Console()
+    console = Console(width=170) if not Console().is_terminal else Console()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
         task = progress.add_task("autoscale", total=len(paths) * len(names))

@@ -10,6 +10,7 @@ from regional_scheduler.autoscaling.policies.base import AutoscalingPolicy
 REGISTRY: dict[str, Callable[[], AutoscalingPolicy]] = {
     hpa_policy.NAME: hpa_policy.build,
     forecast_policy.NAME: forecast_policy.build,
+    forecast_policy.BURST_NAME: forecast_policy.build_burst,
     learned_policy.NAME: learned_policy.build,
 }
 

@@ -67,7 +67,7 @@ def test_mismatched_checkpoint_is_refused(tmp_path: Path, key: str, value: Any, 
 def test_pickled_object_is_rejected_by_weights_only(tmp_path: Path) -> None:
     path = tmp_path / "evil.pt"
     torch.save({"format": ckpt.CHECKPOINT_FORMAT, "obj": Path("/")}, path)
-    with pytest.raises(Exception, match="[Ww]eights only|Unsupported global"):
+    with pytest.raises(Exception, match=r"[Ww]eights only|Unsupported global"):
         ckpt.load_checkpoint(path)
 
 
