@@ -166,6 +166,7 @@ def register(cli: CliRoot) -> None:
 
     @app.command("cancel")
     def cancel(workload_id: str = typer.Argument(..., metavar="ID"),
+               output: str = typer.Option("table", "--output", "-o", help="table | json"),
                api: str | None = API_OPT, token: str | None = TOKEN_OPT, ca: Path | None = CA_OPT) -> None:
         """Cancel a workload (its cluster releases it)."""
         with _client(api, token, ca) as client:
@@ -173,7 +174,10 @@ def register(cli: CliRoot) -> None:
                 w = client.cancel(workload_id)
             except Exception as exc:
                 _rpc_error(exc)
-        console.print(_workload_table([w]))
+        if output == "json":
+            typer.echo(json.dumps(_as_json(w), indent=2))
+        else:
+            console.print(_workload_table([w]))
 
     @app.command("clusters")
     def clusters(output: str = typer.Option("table", "--output", "-o", help="table | json"),
