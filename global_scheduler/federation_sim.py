@@ -149,9 +149,15 @@ class RunResult:
     placed: int
     deferred_decisions: int
     mean_utilisation: float
+    workload_hours: float = 0.0  # replica-hours actually run (a policy that fails work emits less for less)
+
+    @property
+    def carbon_g_per_kwh(self) -> float:
+        """Average intensity of the energy used: carbon per unit of energy, whatever the amount of work."""
+        return 1000.0 * self.carbon_kg / self.energy_kwh if self.energy_kwh else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "carbon_g_per_kwh": self.carbon_g_per_kwh}
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -429,6 +435,7 @@ class FederationSim:
         decision_s: list[float] = []
         energy = carbon = cost = 0.0
         util_acc = 0.0
+        replica_hours = 0.0
         arrivals = sorted(self.workloads, key=lambda p: (p.arrival_h, p.w.arrival_h))
         queue: list[_Pending] = []
         ai = 0
@@ -504,6 +511,7 @@ class FederationSim:
             used = self._cluster_used()
             util = np.max(np.divide(used, self.c_alloc, out=np.zeros_like(used), where=self.c_alloc > 0), axis=1)
             util_acc += float(util.mean())
+            replica_hours += float(sum(len(r["nodes"]) for r in self.running))
             power = self._power()
             reg = self.cluster_region
             pue = np.array([self.regions[r].pue for r in reg])
@@ -547,7 +555,7 @@ class FederationSim:
                          jain_fairness=jain, decision_ms_p50=float(np.percentile(ms, 50)),
                          decision_ms_p99=float(np.percentile(ms, 99)), workloads=len(self.workloads),
                          placed=len(outcome_bad), deferred_decisions=deferred_decisions,
-                         mean_utilisation=util_acc / max(self.hours, 1))
+                         mean_utilisation=util_acc / max(self.hours, 1), workload_hours=replica_hours)
 
     def _power(self) -> np.ndarray:
         cfg = self.cfg
