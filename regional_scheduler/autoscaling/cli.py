@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from pathlib import Path
 
 import typer
@@ -109,15 +108,21 @@ def train_autoscale(
 def autoscaler(
     deployment: str = typer.Option(..., "--deployment", help="Deployment whose scale subresource is driven."),
     namespace: str = typer.Option("default", "--namespace"),
-    replay: Path = typer.Option(..., "--replay", help="Request-rate CSV replayed as the metrics source "
-                                "(one row per --interval)."),
-    interval_s: float = typer.Option(60.0, "--interval", help="Seconds between decisions."),
+    prometheus: str | None = typer.Option(None, "--prometheus", help="Prometheus base URL (metrics source)."),
+    rate_query: str | None = typer.Option(None, "--rate-query", help="PromQL: requests per second (one sample)."),
+    p99_query: str | None = typer.Option(None, "--p99-query", help="PromQL: p99 latency in seconds (optional)."),
+    error_query: str | None = typer.Option(None, "--error-query", help="PromQL: error ratio (optional)."),
+    replay: Path | None = typer.Option(None, "--replay", help="Instead of Prometheus, replay a request-rate CSV "
+                                       "(one row per --interval): a demo and a dry run of the loop."),
+    interval_s: float = typer.Option(60.0, "--interval", help="Seconds between decisions (one sample each)."),
     drive_scale: bool = typer.Option(False, "--drive-scale/--no-drive-scale",
                                      help="Write spec.replicas of the Deployment's scale subresource."),
     dry_run: bool = typer.Option(True, "--dry-run/--no-dry-run", help="Server-side dry run of scale writes."),
     keda: bool = typer.Option(True, "--keda/--no-keda", help="Serve KEDA's external scaler gRPC API."),
     policy: str = typer.Option("learned", "--policy"),
-    shadow: str | None = typer.Option(None, "--shadow", help="Also run this policy in shadow mode."),
+    shadow: str | None = typer.Option(None, "--shadow", help="Also run this policy in shadow mode (logged)."),
+    capacity_rpm: float | None = typer.Option(None, "--capacity-rpm", help="Requests per minute one replica "
+                                              "serves at 100% (from a load test); default: derived from history."),
     minutes: int | None = typer.Option(None, "--minutes", help="Stop after this many decisions."),
 ) -> None:
     """Run the autoscaling loop: decisions to the scale subresource and/or to KEDA."""
@@ -125,35 +130,62 @@ def autoscaler(
     from regional_scheduler.autoscaling.keda_scaler import PredictiveExternalScaler, serve
     from regional_scheduler.autoscaling.online import OnlineAutoscaler, ServiceSample
     from regional_scheduler.autoscaling.policies.registry import build_policy
+    from regional_scheduler.autoscaling.prometheus_source import (
+        PrometheusQueries,
+        PrometheusQueryError,
+        PrometheusSource,
+    )
     from regional_scheduler.autoscaling.request_series import load_request_series
     from regional_scheduler.autoscaling.settings import AutoscalerSettings
     from regional_scheduler.autoscaling.shadow import ShadowRunner
 
+    if (prometheus is None) == (replay is None):
+        raise typer.BadParameter("give exactly one metrics source: --prometheus URL --rate-query Q, or --replay FILE")
+    if prometheus is not None and not rate_query:
+        raise typer.BadParameter("--prometheus needs --rate-query")
     settings = AutoscalerSettings()
     live = build_policy(policy)
     runner = ShadowRunner(live, build_policy(shadow)) if shadow else live
-    online = OnlineAutoscaler(runner, settings)
-    series = load_request_series(replay)
+    online = OnlineAutoscaler(runner, settings, capacity_per_replica_rpm=capacity_rpm)
     driver = ScaleSubresourceDriver.from_cluster(name=deployment, namespace=namespace, dry_run=dry_run) \
         if drive_scale else None
+    source = PrometheusSource(prometheus, PrometheusQueries(rate_query or "", p99_query, error_query)) \
+        if prometheus else None
+    replayed = iter(load_request_series(replay).requests_per_minute) if replay else None
     stop = threading.Event()
     server = None
     if keda:
         server, _ = serve(PredictiveExternalScaler(lambda _ref: online.current_desired(), settings.keda, stop),
                           settings.keda.address)
-    replicas = 1
+    replicas, decisions = 1, 0
     try:
-        for i, rate in enumerate(series.requests_per_minute[: minutes or None]):
-            desired = online.update(ServiceSample(float(rate) if rate == rate else 0.0, replicas, 0, None, 0.0, 0.0))
+        while minutes is None or decisions < minutes:
             if driver is not None:
+                replicas = driver.current()[0]
+            try:
+                if source is not None:
+                    rate, p99_ms, errors = source.sample()
+                else:
+                    value = next(replayed)  # type: ignore[arg-type]
+                    rate, p99_ms, errors = (float(value) if value == value else 0.0), 0.0, 0.0
+            except StopIteration:
+                break
+            except PrometheusQueryError as exc:
+                log.error("metrics unavailable, keeping %d replicas: %s", replicas, exc)
+                stop.wait(interval_s)
+                continue
+            desired = online.update(ServiceSample(rate, replicas, 0, None, p99_ms, errors))
+            if driver is not None and desired != replicas:
                 driver.set_replicas(desired)
-            replicas = desired
+            replicas = desired if driver is None else replicas
             if isinstance(runner, ShadowRunner) and runner.records:
-                r = runner.records[-1]
-                log.info("minute %d: live=%d shadow=%d", i, r.live_replicas, r.shadow_replicas)
+                record = runner.records[-1]
+                log.info("live=%d shadow(%s)=%d", record.live_replicas, runner.shadow.name, record.shadow_replicas)
             else:
-                log.info("minute %d: desired=%d", i, desired)
-            time.sleep(interval_s)
+                log.info("desired=%d", desired)
+            decisions += 1
+            if stop.wait(interval_s):
+                break
     except KeyboardInterrupt:
         pass
     finally:

@@ -48,7 +48,6 @@ class OnlineAutoscaler:
         self.first_minute = 0
         self.desired: int | None = None
         self._lock = threading.Lock()
-        self._context_key: float | None = None
 
     def _sizing(self) -> ServiceSizing:
         observed = np.asarray(self.rates, dtype=float)
@@ -74,11 +73,11 @@ class OnlineAutoscaler:
                                     forecast=SeasonalForecaster().fit_transform(load),
                                     start_minute_of_day=minute_of_start % 1440,
                                     start_weekday=(self.start.weekday() + minute_of_start // 1440) % 7)
-            if self._context_key != sizing.capacity_per_replica_rpm or self.desired is None:
+            update = getattr(self.policy, "update_context", None)
+            if self.desired is None or update is None:
                 self.policy.reset(context)
-                self._context_key = sizing.capacity_per_replica_rpm
             else:
-                self.policy.context = context  # type: ignore[attr-defined]
+                update(context)
             minute = len(self.rates) - 1
             current = sample.ready_replicas + sample.pending_replicas
             svc = self.settings.service

@@ -37,6 +37,12 @@ class ShadowRunner:
         self.shadow.reset(context)
         self.records.clear()
 
+    def update_context(self, context: PolicyContext) -> None:
+        for policy in (self.live, self.shadow):
+            update = getattr(policy, "update_context", None)
+            if update is not None:
+                update(context)
+
     def decide(self, observation: Observation) -> int:
         live = self.live.decide(observation)
         shadow = self.shadow.decide(observation)

@@ -91,6 +91,12 @@ class GuardedPolicy:
     def reset_rails(self, context: PolicyContext) -> None:
         self.rails = GuardRails(context.guard_rail_settings())
 
+    def update_context(self, context: PolicyContext) -> None:
+        """Serving: a fresh forecast/sizing each minute, keeping the rails' memory (cool-down)."""
+        self.context = context  # type: ignore[attr-defined]
+        if self.rails is not None:
+            self.rails.settings = context.guard_rail_settings()
+
     def guard(self, proposed: int, observation: Observation) -> int:
         assert self.rails is not None, "reset() first"
         decision = self.rails.apply(proposed=proposed, current=observation.current_replicas,

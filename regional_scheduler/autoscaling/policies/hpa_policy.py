@@ -22,6 +22,12 @@ class HpaPolicy:
             min_replicas=sizing.min_replicas, max_replicas=sizing.max_replicas,
             target_utilisation=sizing.target_utilisation, behavior=self.behavior))
 
+    def update_context(self, context: PolicyContext) -> None:
+        """Serving: the HPA keeps its recommendations and scale events; only its bounds follow sizing."""
+        if self.controller is not None:
+            self.controller.spec = self.controller.spec.model_copy(update={
+                "min_replicas": context.sizing.min_replicas, "max_replicas": context.sizing.max_replicas})
+
     def decide(self, observation: Observation) -> int:
         assert self.controller is not None, "reset() first"
         return self.controller.desired_replicas(
