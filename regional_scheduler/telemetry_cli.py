@@ -115,6 +115,29 @@ def _raw_xadd_redis_benchmark(url: str, key_prefix: str, payload_bytes: int, req
     return float(match.group(1)) if match else None
 
 
+def _consumer_drain(bus: RedisStreamBus, fleet: SimulatedFleet, reports: int, batch: int) -> float:
+    """The consumer alone: reports/s it applies from a pre-filled stream (no producer competing)."""
+    stream = telemetry_stream(BENCH_CLUSTER)
+    bus.delete(stream)
+    settings = TelemetryConsumerSettings(cluster=BENCH_CLUSTER, group="drain", consumer="drain-0", batch_count=batch,
+                                         block_ms=0, claim_interval_s=3600, stale_after_s=3600)
+    state = TelemetryState(cluster=BENCH_CLUSTER, stale_after_s=settings.stale_after_s)
+    consumer = TelemetryConsumer(bus=bus, state=state, settings=settings)
+    bus.publish_many(stream, fleet.reports(time.time()))  # first round: the state learns every node
+    while consumer.step():
+        pass
+    published = 0
+    while published < reports:
+        fleet.advance(time.time())
+        published += bus.publish_many(stream, fleet.reports(time.time()), maxlen=None)
+    applied_before, started = state.applied_total, time.perf_counter()
+    while consumer.step():
+        pass
+    rate = (state.applied_total - applied_before) / (time.perf_counter() - started)
+    bus.delete(stream)
+    return rate
+
+
 def bench_telemetry(
     nodes: int = typer.Option(100_000, help="Simulated fleet size (split across producers)."),
     producers: int = typer.Option(1, help="Simulated-agent processes."),
@@ -129,6 +152,8 @@ def bench_telemetry(
     node_list: Path | None = typer.Option(None, "--node-list", help="openb node list CSV for node shapes "
                                           "(default: the shared trace's all-node list when present)."),
     rss_every_s: float = typer.Option(5.0, "--rss-every-s", help="RSS sampling period (s)."),
+    drain_reports: int = typer.Option(200_000, "--drain-reports", help="Reports for the consumer-alone drain "
+                                      "measurement (0 = skip)."),
     json_out: Path | None = typer.Option(None, "--json", help="Write results as JSON to this file."),
 ) -> None:
     """End-to-end node reports/s through Redis into regional state, beside raw XADD throughput."""
@@ -140,9 +165,11 @@ def bench_telemetry(
     sample.advance(time.time())
     payloads = sample.reports(time.time())
     payload_bytes = int(sum(map(len, payloads)) / len(payloads))
-    with console.status("raw XADD …"):
+    with console.status("raw XADD, consumer drain …"):
         raw_python = _raw_xadd_python(bus, payloads, raw_seconds, chunk)
-        raw_rb = _raw_xadd_redis_benchmark(redis_url, key_prefix, payload_bytes, requests=max(int(raw_seconds * 300_000), 20_000))
+        raw_rb = _raw_xadd_redis_benchmark(redis_url, key_prefix, payload_bytes,
+                                           requests=max(int(raw_seconds * 300_000), 20_000))
+        drain_rate = _consumer_drain(bus, sample, drain_reports, batch) if drain_reports else None
     del sample, payloads
 
     bus.delete(stream)
@@ -230,6 +257,7 @@ def bench_telemetry(
         "raw_xadd_method": "redis-benchmark -P 64" if raw_rb is not None else "meridian pipelined publish_many",
         "raw_xadd_python_per_s": round(raw_python, 1),
         "raw_xadd_redis_benchmark_per_s": round(raw_rb, 1) if raw_rb is not None else None,
+        "consumer_drain_reports_per_s": round(drain_rate, 1) if drain_rate is not None else None,
         "ratio_to_raw_xadd": round(reports_per_s / (raw_rb if raw_rb is not None else raw_python), 3),
         "consumer_cpu_us_per_report": round(consumer_us, 2),
         "producer_cpu_us_per_report": round(producer_us, 2),
@@ -254,7 +282,7 @@ def bench_telemetry(
                   f"interval {interval_s or 'flat out'} s, {window:.0f} s measured")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for key in ("reports_per_s", "published_per_s", "raw_xadd_per_s", "raw_xadd_python_per_s",
+    for key in ("reports_per_s", "published_per_s", "consumer_drain_reports_per_s", "raw_xadd_per_s", "raw_xadd_python_per_s",
                 "raw_xadd_redis_benchmark_per_s", "ratio_to_raw_xadd", "consumer_cpu_us_per_report",
                 "producer_cpu_us_per_report", "redis_cpu_us_per_report", "total_cpu_us_per_report",
                 "cpu_bound_reports_per_s_on_2_cores", "load_average_1m",

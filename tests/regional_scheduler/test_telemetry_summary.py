@@ -93,10 +93,11 @@ def test_cli_commands_are_registered() -> None:
 def test_bench_telemetry_smoke(tmp_path: Path, redis_url: str) -> None:
     out = tmp_path / "bench.json"
     result = CliRunner().invoke(build_app(), [
-        "bench", "telemetry", "--nodes", "400", "--duration-s", "1", "--warmup-s", "0.5", "--raw-seconds", "0.2",
+        "bench", "telemetry", "--nodes", "400", "--duration-s", "1", "--warmup-s", "0.5", "--raw-seconds", "0.2", "--drain-reports", "2000",
         "--redis-url", redis_url, "--json", str(out)])
     assert result.exit_code == 0, result.output
     figures = json.loads(out.read_text())
     assert {"reports_per_s", "raw_xadd_per_s", "consumer_rss_mb"} <= figures.keys()
     assert figures["reports_per_s"] > 0 and figures["raw_xadd_per_s"] > 0 and figures["consumer_rss_mb"] > 0
     assert figures["nodes_in_state"] == 400 and figures["dead_lettered"] == 0
+    assert figures["consumer_drain_reports_per_s"] > 0
