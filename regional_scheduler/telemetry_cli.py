@@ -232,7 +232,13 @@ def bench_telemetry(
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
-        backlog = bus.length(stream)
+        stream_length = bus.length(stream)
+        lag = None
+        try:  # entries not yet delivered to the group (Redis ≥ 7) plus delivered but unacknowledged
+            groups = redis_info.xinfo_groups(key_prefix + stream)
+            lag = sum(int(g.get("lag") or 0) + int(g.get("pending") or 0) for g in groups)
+        except redis.exceptions.RedisError:
+            pass
         bus.delete(stream)
         bus.close()
     window = t_stop - t_warm
@@ -275,7 +281,8 @@ def bench_telemetry(
         "nodes_in_state": state.state.n_nodes,
         "duplicates": state.duplicate_total,
         "dead_lettered": consumer.dead_lettered_total,
-        "stream_backlog_at_end": backlog,
+        "stream_length_at_end": stream_length,
+        "consumer_lag_at_end": lag,
         "cpus": os.cpu_count(),
     }
     table = Table(title=f"telemetry fabric: {nodes:,} simulated nodes, {producers} producer(s), "
@@ -288,7 +295,7 @@ def bench_telemetry(
                 "cpu_bound_reports_per_s_on_2_cores", "load_average_1m",
                 "consumer_rss_mb_after_warmup", "consumer_rss_mb", "consumer_rss_mb_max", "consumer_rss_mb_per_min",
                 "warmup_s", "nodes_in_state",
-                "stream_backlog_at_end", "dead_lettered"):
+                "stream_length_at_end", "consumer_lag_at_end", "dead_lettered"):
         value = results[key]
         table.add_row(key, f"{value:,.1f}" if isinstance(value, float) else str(value))
     console.print(table)
