@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from global_scheduler.routing.base import DEFER, NO_CLUSTER, Router, RoutingPolicy
-from gnn.features import ClusterFeatures, WorkloadFeatures, latency_ms
+from gnn.features import ClusterFeatures, WorkloadFeatures, crit_utilisation, latency_ms
 from meridian import grid_data
 
 GIB = 2**30
@@ -346,6 +346,7 @@ class FederationSim:
 
     # --------------------------------------------------------------------------------- state views
     def _reset_state(self) -> None:
+        self.outcome_bad: dict[int, bool] = {}
         self.node_used = np.zeros_like(self.node_alloc)
         n = self.cfg.clusters
         self.c_alloc = self.node_alloc.reshape(n, self.per_cluster, 3).sum(axis=1).astype(np.float64)
@@ -382,7 +383,18 @@ class FederationSim:
             carbon_now=self.carbon[reg, h], carbon_forecast=fc.mean(axis=1), carbon_forecast_hourly=fc,
             price_per_mwh=self.price[reg, h], pue=np.array([self.regions[r].pue for r in reg]),
             queue_length=self.queue_len.copy(), slo_violation_rate=self.viol_recent.copy(),
-            ready=np.ones(n, dtype=bool), rtt_ms=self.rtt, bandwidth_gbps=self.bw, service_ms=self.cfg.service_ms)
+            ready=np.ones(n, dtype=bool), rtt_ms=self.rtt, bandwidth_gbps=self.bw, service_ms=self.cfg.service_ms,
+            tightest_slo_utilisation=self._slo_ceiling())
+
+    def _slo_ceiling(self) -> np.ndarray:
+        ceiling = np.ones(self.cfg.clusters)
+        ls = [r for r in self.running if r["slo"] > 0 and not self.outcome_bad.get(r["id"], False)]
+        if ls:
+            clusters = np.array([r["cluster"] for r in ls])
+            rtt = np.array([self.rtt[r["origin"], self.cluster_region[r["cluster"]]] for r in ls])
+            crit = crit_utilisation(rtt, np.array([r["slo"] for r in ls]), self.cfg.service_ms)
+            np.minimum.at(ceiling, clusters, crit)
+        return ceiling
 
     def workload_features(self, p: _Pending, hour: int, satisfaction: float) -> WorkloadFeatures:
         return WorkloadFeatures(

@@ -37,7 +37,7 @@ from global_scheduler.routing.base import DEFER, NO_CLUSTER, Router, RoutingPoli
 from global_scheduler.routing.registry import get_policy
 from global_scheduler.settings import GlobalSchedulerSettings
 from global_scheduler.store import ACTIVE_ON_CLUSTER, TERMINAL, WorkloadStore
-from gnn.features import ClusterFeatures, WorkloadFeatures
+from gnn.features import ClusterFeatures, WorkloadFeatures, crit_utilisation
 from meridian import observability as obs
 from meridian.bus import (
     SUMMARY_STREAM,
@@ -90,6 +90,9 @@ class GlobalScheduler:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.dispatched_total = 0
+        # cluster → {workload id: utilisation at which its latency SLO breaks}, for the routing features.
+        self._slo_crit: dict[str, dict[str, float]] = {}
+        self._slo_lock = threading.Lock()
         self.decision_seconds: deque[float] = deque(maxlen=100_000)
 
     # ------------------------------------------------------------------ lifecycle
@@ -144,6 +147,7 @@ class GlobalScheduler:
             self._publish_release(w.cluster, wid, w.attempt, "cancelled by the operator")
         with self._cv:
             self._deferred.pop(wid, None)
+        self._forget_slo(wid)
         return self.store.update(wid, state=api.WORKLOAD_STATE_CANCELLED, message="cancelled by the operator")
 
     def queue_depth(self) -> int:
@@ -196,9 +200,19 @@ class GlobalScheduler:
             if batch:
                 self.route_batch(batch)
 
+    def _forget_slo(self, wid: str) -> None:
+        with self._slo_lock:
+            for crits in self._slo_crit.values():
+                crits.pop(wid, None)
+
+    def _slo_ceiling(self, names: Sequence[str]) -> np.ndarray:
+        with self._slo_lock:
+            return np.array([min(self._slo_crit.get(n, {}).values(), default=1.0) for n in names])
+
     def route_batch(self, batch: list[str]) -> None:
         now = self.clock()
         names, regions, feats = self.registry.features(now)
+        feats.tightest_slo_utilisation = self._slo_ceiling(names)
         if not names:
             for wid in batch:
                 self.store.update(wid, message="waiting: no cluster has reported yet")
@@ -232,6 +246,12 @@ class GlobalScheduler:
                 feats.free_memory_bytes[c] = max(0.0, feats.free_memory_bytes[c] - need[1])
                 feats.free_gpu[c] = max(0.0, feats.free_gpu[c] - need[2])
                 self.registry.reserve(cluster, *need)
+                if wf.latency_slo_ms > 0 and wf.origin_region >= 0:
+                    crit = float(crit_utilisation(feats.rtt_ms[wf.origin_region, feats.region_index[c]],
+                                                  np.array(wf.latency_slo_ms), feats.service_ms))
+                    with self._slo_lock:
+                        self._slo_crit.setdefault(cluster, {})[wid] = crit
+                    feats.tightest_slo_utilisation[c] = min(feats.tightest_slo_utilisation[c], crit)
                 updated = self.store.update(wid, expect_attempt=w.attempt, state=api.WORKLOAD_STATE_DISPATCHED,
                                             cluster=cluster, region=regions[feats.region_index[c]], attempt=attempt,
                                             message=f"dispatched to {cluster} (attempt {attempt})")
@@ -294,6 +314,7 @@ class GlobalScheduler:
         w = self.store.get(wid)
         if w is None or w.state in TERMINAL:
             return
+        self._forget_slo(wid)
         if release_on:
             self._publish_release(release_on, wid, w.attempt, reason)
         if w.attempt >= self.settings.routing.max_attempts:

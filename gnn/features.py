@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2
 
 # Scales that bring raw units to roughly [0, 1].
 CARBON_SCALE_G_PER_KWH = 400.0
@@ -27,7 +27,7 @@ CLUSTER_FEATURES = (
     "free_cpu_fraction", "free_memory_fraction", "free_gpu_fraction", "utilisation_after",
     "fragmentation", "carbon_now", "carbon_forecast", "carbon_min_until_deadline", "carbon_rank",
     "price", "pue_excess", "queue_length", "slo_violation_rate", "fits_fraction", "rtt_over_slo",
-    "latency_margin", "capacity_share", "is_origin_region",
+    "latency_margin", "capacity_share", "is_origin_region", "slo_headroom",
 )
 WORKLOAD_FEATURES = (
     "cpu_share", "memory_share", "gpu_per_replica", "replicas", "deferrable", "deadline_hours",
@@ -62,6 +62,13 @@ class ClusterFeatures:
     rtt_ms: np.ndarray  # (n_regions, n_regions)
     bandwidth_gbps: np.ndarray  # (n_regions, n_regions)
     service_ms: float = 5.0  # per-request service time used by the M/M/1 latency estimate
+    # Per cluster, the utilisation at which the tightest latency SLO among the workloads already running
+    # there would break (M/M/1 at its round trip); 1 = no latency-sensitive work there. Known to the
+    # global tier from what it dispatched, so it is decision-time information.
+    tightest_slo_utilisation: np.ndarray | None = None
+
+    def slo_ceiling(self) -> np.ndarray:
+        return np.ones(self.n) if self.tightest_slo_utilisation is None else self.tightest_slo_utilisation
 
     @property
     def n(self) -> int:
@@ -113,6 +120,21 @@ def latency_ms(c: ClusterFeatures, w: WorkloadFeatures, utilisation: np.ndarray)
     return rtt + c.service_ms / np.maximum(1.0 - utilisation, 0.01)
 
 
+def crit_utilisation(rtt_ms: np.ndarray, slo_ms: np.ndarray, service_ms: float) -> np.ndarray:
+    """Utilisation above which ``rtt + service / (1 − ρ)`` exceeds the SLO (M/M/1)."""
+    return 1.0 - service_ms / np.maximum(slo_ms - rtt_ms, 1e-3)
+
+
+def slo_safe(c: ClusterFeatures, w: WorkloadFeatures, margin: float) -> np.ndarray:
+    """Clusters where placing ``w`` keeps its own and every running workload's SLO with ``margin`` to spare."""
+    util = utilisation_after(c, w) + margin
+    ok = util <= c.slo_ceiling()
+    if w.latency_slo_ms > 0 and w.origin_region >= 0:
+        own = crit_utilisation(c.rtt_ms[w.origin_region, c.region_index], np.full(c.n, w.latency_slo_ms), c.service_ms)
+        ok &= util <= own
+    return ok
+
+
 def carbon_min_until_deadline(c: ClusterFeatures, w: WorkloadFeatures) -> np.ndarray:
     if not w.deferrable:
         return c.carbon_now
@@ -148,6 +170,7 @@ def cluster_matrix(c: ClusterFeatures, w: WorkloadFeatures) -> np.ndarray:
         np.clip((slo - lat) / slo, -1.0, 1.0),
         c.alloc_milli_cpu / total_cpu * c.n,
         (c.region_index == w.origin_region).astype(np.float64),
+        np.clip(c.slo_ceiling() - util_after, -1.0, 1.0),
     ]
     return np.stack(cols, axis=1).astype(np.float32)
 

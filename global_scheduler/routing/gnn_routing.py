@@ -1,4 +1,10 @@
-"""``gnn``: the GATv2 router from :mod:`gnn`, loaded from a checkpoint.
+"""``gnn``: the GATv2 router from :mod:`gnn`, loaded from a checkpoint, behind a shield.
+
+Shield (Alshiekh et al., "Safe Reinforcement Learning via Shielding", AAAI 2018): among the feasible
+clusters, those where the placement would leave less than ``shield_margin`` utilisation head-room
+before its own or a running workload's latency SLO breaks (M/M/1 estimate) are ruled out whenever a
+safe one exists; the network chooses among the rest. Without any safe cluster the network's choice
+stands (the alternative is not to run the workload).
 
 Without a checkpoint (or if the model raises) the policy falls back to ``least-carbon`` scores with
 a headroom penalty and says so once in the log and in ``fallbacks``.
@@ -13,7 +19,7 @@ import numpy as np
 import torch
 
 from global_scheduler.routing.base import can_defer, with_defer
-from gnn.features import ClusterFeatures, WorkloadFeatures, utilisation_after
+from gnn.features import ClusterFeatures, WorkloadFeatures, slo_safe, utilisation_after
 from gnn.policy import DEFAULT_CHECKPOINT, CheckpointError, GnnRoutingNet
 
 NAME = "gnn"
@@ -23,8 +29,10 @@ log = logging.getLogger(__name__)
 class GnnRouting:
     name = NAME
 
-    def __init__(self, checkpoint: str | Path | None = None, net: GnnRoutingNet | None = None) -> None:
+    def __init__(self, checkpoint: str | Path | None = None, net: GnnRoutingNet | None = None,
+                 shield_margin: float | None = 0.1) -> None:
         torch.set_num_threads(1)
+        self.shield_margin = shield_margin
         self.fallbacks = 0
         self.net: GnnRoutingNet | None = net
         if self.net is None:
@@ -42,6 +50,10 @@ class GnnRouting:
                 scores = self.net.logits(clusters, workload)
                 if not can_defer(workload):
                     scores[-1] = -np.inf
+                if self.shield_margin is not None:
+                    safe = feasible & slo_safe(clusters, workload, self.shield_margin)
+                    if safe.any():
+                        scores[:-1] = np.where(safe, scores[:-1], -np.inf)
                 return scores
             except Exception:  # a model error must not stop routing
                 log.exception("gnn routing: model failed; using the fallback for this decision")
@@ -50,5 +62,5 @@ class GnnRouting:
         return with_defer(-clusters.carbon_now - 1e3 * crowded)
 
 
-def build(checkpoint: str | Path | None = None) -> GnnRouting:
-    return GnnRouting(checkpoint)
+def build(checkpoint: str | Path | None = None, shield_margin: float | None = 0.1) -> GnnRouting:
+    return GnnRouting(checkpoint, shield_margin=shield_margin)
