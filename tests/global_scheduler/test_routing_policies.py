@@ -126,3 +126,19 @@ def test_stage_errors_name_the_stage() -> None:
         Router(Broken()).decide(lambda: c, workload())
     decision = Router(get_policy("least-carbon")).decide(lambda: c, workload())
     assert set(decision.stage_seconds) == {"snapshot", "filter", "score", "select"}
+
+
+def test_gnn_shield_keeps_running_slos() -> None:
+    from global_scheduler.routing.gnn_routing import GnnRouting
+    from gnn.policy import GnnRoutingNet, set_random_seed
+
+    set_random_seed(0)
+    c = clusters()
+    # Cluster 2 is 50 % used (32 of 64 CPU free); a running workload there breaks above 52 % utilisation.
+    c.tightest_slo_utilisation = np.array([1.0, 1.0, 0.52])
+    policy = GnnRouting(net=GnnRoutingNet(), shield_margin=0.1)
+    scores = policy.score(c, workload(), np.ones(3, dtype=bool))
+    # 4 CPU more → 56 % (+10 % margin) > 52 %: ruled out; clusters 0 and 1 have no running SLO.
+    assert scores[2] == -np.inf and np.isfinite(scores[:2]).all()
+    c.tightest_slo_utilisation = np.full(3, 0.1)  # nothing is safe: the network's scores stand
+    assert np.isfinite(policy.score(c, workload(), np.ones(3, dtype=bool))[:3]).all()
