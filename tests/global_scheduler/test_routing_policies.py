@@ -138,7 +138,8 @@ def test_gnn_shield_keeps_running_slos() -> None:
     c.tightest_slo_utilisation = np.array([1.0, 1.0, 0.52])
     policy = GnnRouting(net=GnnRoutingNet(), shield_margin=0.1)
     scores = policy.score(c, workload(), np.ones(3, dtype=bool))
-    # 4 CPU more → 56 % (+10 % margin) > 52 %: ruled out; clusters 0 and 1 have no running SLO.
-    assert scores[2] == -np.inf and np.isfinite(scores[:2]).all()
+    # Cluster 2: (32 + 4) / 64 = 56 % (+10 % margin) > 52 %: ruled out. Cluster 0: (56 + 4) / 64 = 94 %
+    # + 10 % > 100 %: ruled out too. Cluster 1: (48 + 4) / 64 = 81 % + 10 % ≤ 100 %: the only safe one.
+    assert scores[0] == -np.inf and scores[2] == -np.inf and np.isfinite(scores[1])
     c.tightest_slo_utilisation = np.full(3, 0.1)  # nothing is safe: the network's scores stand
     assert np.isfinite(policy.score(c, workload(), np.ones(3, dtype=bool))[:3]).all()
