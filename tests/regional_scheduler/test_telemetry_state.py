@@ -216,3 +216,20 @@ def test_consumer_applies_dead_letters_and_keeps_going(bus: StreamBus) -> None:
     consumer.step()
     assert ts.state.last_seq[ts.state.index["n1"]] == 3
     bus.close()
+
+
+def test_consumer_marks_a_silent_node_unschedulable_on_its_clock(bus: StreamBus) -> None:
+    clock = [1000.0]
+    settings = TelemetryConsumerSettings(cluster=CLUSTER, consumer="c1", block_ms=0, stale_after_s=10.0)
+    ts = TelemetryState(cluster=CLUSTER, stale_after_s=settings.stale_after_s, clock=lambda: clock[0])
+    consumer = TelemetryConsumer(bus=bus, state=ts, settings=settings, clock=lambda: clock[0])
+    stream = telemetry_stream(CLUSTER)
+    for second in range(0, 30, 2):  # "alive" reports every 2 s; "dying" stops after t = 4 s
+        clock[0] = 1000.0 + second
+        bus.publish_many(stream, [report("alive", second + 1)] + ([report("dying", second + 1)] if second <= 4 else []))
+        consumer.step()
+        dying = ts.state.index["dying"]
+        # silent for more than 10 s (last report at t = 4 s) ⇔ unschedulable
+        assert bool(ts.state.schedulable[dying]) == (second - 4 <= 10), second
+        assert ts.state.schedulable[ts.state.index["alive"]]
+    bus.close()
