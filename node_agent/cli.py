@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 def build_agent(settings: AgentSettings) -> NodeAgent:
     """Wire collectors, reporter and publisher from settings (no threads started)."""
-    bus = open_bus(settings.bus_url)
+    bus = open_bus(settings.bus_url, key_prefix=settings.key_prefix)
     carbon = CarbonCollector(source=settings.carbon.source, static_g_per_kwh=settings.carbon.g_per_kwh,
                              bus=bus, zone=settings.carbon.zone)
     feed = None

@@ -78,6 +78,7 @@ class AgentSettings(BaseSettings):
     pue: float = Field(1.2, ge=1.0, description="The site's power usage effectiveness (a typical modern data "
                        "centre; hyperscalers report 1.1).")
     bus_url: str = Field("redis://127.0.0.1:6379/0", description="Redis URL (memory:// only makes sense embedded).")
+    key_prefix: str = Field("", description="Prefix of every Redis key, to share one Redis between environments.")
     health_port: int = Field(8089, ge=0, le=65535, description="Port of /healthz, /readyz and /metrics; 0 = free port.")
     publish: PublishSettings = Field(default_factory=PublishSettings)
     usage: UsageSettings = Field(default_factory=UsageSettings)

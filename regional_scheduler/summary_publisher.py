@@ -27,10 +27,10 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from meridian import observability
-from meridian.bus import SUMMARY_STREAM, BusError, BusUnavailableError, StreamBus
+from meridian.bus import SUMMARY_STREAM, BusError, BusUnavailableError, StreamBus, open_bus
 from meridian.metrics import seed_fragmentation_score
 from protos import telemetry_pb2 as pb
-from regional_scheduler.telemetry_state import TelemetryState
+from regional_scheduler.telemetry_state import TelemetryConsumer, TelemetryConsumerSettings, TelemetryState
 
 log = logging.getLogger(__name__)
 JOULES_PER_KWH = 3.6e6
@@ -117,3 +117,37 @@ class SummaryPublisher:
                 failures += 1
                 log.warning("cluster %s: summary not published (%s); retrying in %.1f s", self.state.cluster, exc, delay)
                 stop.wait(delay)
+
+
+class RegionalTelemetry:
+    """A cluster's telemetry side, running: the consumer and the summary publisher, one thread each.
+
+    What ``meridian regional-telemetry`` runs, and what a regional scheduler embeds: read
+    ``self.state`` (under ``self.state.lock``) to place against live telemetry.
+    """
+
+    def __init__(self, *, settings: TelemetryConsumerSettings, summary: SummarySettings,
+                 bus: StreamBus | None = None) -> None:
+        self.settings, self.summary_settings = settings, summary
+        self._owns_bus = bus is None
+        self.bus = bus if bus is not None else open_bus(settings.bus_url, key_prefix=settings.key_prefix)
+        self.state = TelemetryState(cluster=settings.cluster, stale_after_s=settings.stale_after_s,
+                                    requests_from_reports=settings.requests_from_reports)
+        self.consumer = TelemetryConsumer(bus=self.bus, state=self.state, settings=settings)
+        self.publisher = SummaryPublisher(bus=self.bus, state=self.state, settings=summary)
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=worker.run, args=(self.stop,), name=name, daemon=True)
+                        for name, worker in (("telemetry-consumer", self.consumer),
+                                             ("summary-publisher", self.publisher))]
+
+    def start(self) -> RegionalTelemetry:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=timeout_s)
+        if self._owns_bus:
+            self.bus.close()

@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import subprocess
-import threading
 import time
 from pathlib import Path
 from urllib.parse import urlparse
@@ -34,10 +33,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from meridian.bus import BusUnavailableError, RedisStreamBus, open_bus, telemetry_stream
+from meridian.bus import BusUnavailableError, RedisStreamBus, telemetry_stream
 from meridian.cli import CliRoot
 from meridian.fleet import SimulatedFleet
-from regional_scheduler.summary_publisher import SummaryPublisher, SummarySettings
+from regional_scheduler.summary_publisher import RegionalTelemetry, SummarySettings
 from regional_scheduler.telemetry_state import TelemetryConsumer, TelemetryConsumerSettings, TelemetryState
 
 console = Console(width=None if Console().is_terminal else 160)
@@ -316,17 +315,8 @@ def regional_telemetry(
     overrides = {k: v for k, v in {"cluster": cluster, "bus_url": bus_url}.items() if v is not None}
     settings = TelemetryConsumerSettings(**overrides)
     summary_settings = SummarySettings(**({"region": region} if region else {}))
-    bus = open_bus(settings.bus_url)
-    state = TelemetryState(cluster=settings.cluster, stale_after_s=settings.stale_after_s,
-                           requests_from_reports=settings.requests_from_reports)
-    consumer = TelemetryConsumer(bus=bus, state=state, settings=settings)
-    publisher = SummaryPublisher(bus=bus, state=state, settings=summary_settings)
     metrics = start_metrics_server(MetricsSettings(**({"port": metrics_port} if metrics_port is not None else {})))
-    stop = threading.Event()
-    workers = [threading.Thread(target=w.run, args=(stop,), name=name, daemon=True)
-               for name, w in (("telemetry-consumer", consumer), ("summary-publisher", publisher))]
-    for w in workers:
-        w.start()
+    regional = RegionalTelemetry(settings=settings, summary=summary_settings).start()
     console.print(f"consuming {telemetry_stream(settings.cluster)} as {settings.group}/{settings.consumer}; "
                   f"summaries every {summary_settings.interval_s:g} s" + (f"; metrics on :{metrics.port}" if metrics else ""))
     try:
@@ -335,12 +325,9 @@ def regional_telemetry(
     except KeyboardInterrupt:
         pass
     finally:
-        stop.set()
-        for w in workers:
-            w.join(timeout=5)
+        regional.close()
         if metrics is not None:
             metrics.shutdown()
-        bus.close()
 
 
 def register(cli: CliRoot) -> None:

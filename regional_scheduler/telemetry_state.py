@@ -69,6 +69,7 @@ class TelemetryConsumerSettings(BaseSettings):
 
     cluster: str = Field("local", description="Cluster whose stream (meridian:telemetry:<cluster>) is consumed.")
     bus_url: str = Field("redis://127.0.0.1:6379/0", description="Redis URL, or memory:// for the embedded bus.")
+    key_prefix: str = Field("", description="Prefix of every Redis key, to share one Redis between environments.")
     group: str = Field("regional", description="Consumer group; all replicas of a regional scheduler share it.")
     consumer: str = Field(default_factory=socket.gethostname, description="This consumer's name in the group "
                           "(the pod name in Kubernetes).")

@@ -101,3 +101,38 @@ def test_bench_telemetry_smoke(tmp_path: Path, redis_url: str) -> None:
     assert figures["reports_per_s"] > 0 and figures["raw_xadd_per_s"] > 0 and figures["consumer_rss_mb"] > 0
     assert figures["nodes_in_state"] == 400 and figures["dead_lettered"] == 0
     assert figures["consumer_drain_reports_per_s"] > 0
+
+
+def test_agents_to_summary_end_to_end(redis_url: str, key_prefix: str) -> None:
+    """A simulated agent → Redis → the running regional telemetry → a summary on meridian:summary."""
+    import time
+
+    from meridian.bus import RedisStreamBus
+    from node_agent.cli import build_agent
+    from node_agent.settings import AgentSettings
+    from regional_scheduler.summary_publisher import RegionalTelemetry
+    from regional_scheduler.telemetry_state import TelemetryConsumerSettings
+
+    agent_settings = AgentSettings(cluster="e2e", region="eu", bus_url=redis_url, key_prefix=key_prefix)
+    agent_settings.simulate.nodes = 30
+    agent = build_agent(agent_settings)
+    regional = RegionalTelemetry(
+        settings=TelemetryConsumerSettings(cluster="e2e", bus_url=redis_url, key_prefix=key_prefix, block_ms=100),
+        summary=SummarySettings(region="eu", interval_s=0.05)).start()
+    reader = RedisStreamBus(redis_url, key_prefix=key_prefix)
+    try:
+        agent.tick()
+        deadline = time.monotonic() + 60
+        summary = None
+        while time.monotonic() < deadline:
+            latest = reader.read_latest(SUMMARY_STREAM)
+            summary = pb.ClusterSummary.FromString(latest.payload) if latest else None
+            if summary is not None and summary.nodes_total == 30 and summary.reports_applied == 30:
+                break
+            time.sleep(0.02)
+        assert summary is not None and summary.nodes_total == 30 and summary.reports_applied == 30
+        assert (summary.cluster, summary.region) == ("e2e", "eu")
+        assert summary.power_watts > 0 and summary.nodes_schedulable == 30
+    finally:
+        regional.close()
+        reader.close()
