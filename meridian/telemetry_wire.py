@@ -59,6 +59,8 @@ _SHIFTS = (7 * np.arange(10)).astype(np.uint64)
 _EIGHT = np.arange(8)
 _PAD = bytes(16)
 _MAX_STEPS = 256
+# Bytes after the tag by wire type, beyond any varint: fixed64 8, fixed32 4 (others: the varint).
+_FIXED_LENGTH = np.array([0, 8, 0, 0, 0, 4, 0, 0], dtype=np.int64)
 
 
 def _varints_wide(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -175,36 +177,38 @@ def decode_wire(payloads: list[bytes]) -> WireColumns:
     span_length = np.zeros((n, len(BYTES_NAMES)), dtype=np.int64)
     gpu_chunks = np.zeros(n, dtype=np.int64)
     slow = np.zeros(n, dtype=bool)
-    active = np.flatnonzero(pos < end)
+    # The active messages as compact arrays (row id, read position, end), compressed every step.
+    rows = np.flatnonzero(pos < end)
+    p, e = pos[rows], end[rows]
     for _ in range(_MAX_STEPS):
-        if active.size == 0:
+        if rows.size == 0:
             break
-        p = pos[active]
         # Tags of fields below 2048 take one or two bytes; longer ones are left to upb.
         b0 = buf[p].astype(np.int64)
-        b1 = buf[p + 1].astype(np.int64)
         two = b0 >= 0x80
-        tag = np.where(two, (b0 & 0x7F) | (b1 << 7), b0)
-        bad = two & (b1 >= 0x80)
+        if two.any():
+            b1 = buf[p + 1].astype(np.int64)
+            tag = np.where(two, (b0 & 0x7F) | (b1 << 7), b0)
+            bad = two & (b1 >= 0x80)
+        else:
+            tag, bad = b0, np.zeros(rows.size, dtype=bool)
         number = tag >> 3
         wire = tag & 7
         q = p + 1 + two
-        value = np.zeros(active.size, dtype=np.uint64)
-        value_length = np.zeros(active.size, dtype=np.int64)
+        value = np.zeros(rows.size, dtype=np.uint64)
+        value_length = np.zeros(rows.size, dtype=np.int64)
         has_varint = (wire == 0) | (wire == 2)
-        if has_varint.any():
-            at = np.flatnonzero(has_varint)
+        at = np.flatnonzero(has_varint)
+        if at.size:
             value[at], value_length[at], malformed = _varints(buf, q[at])
             bad[at] |= malformed
         size = np.minimum(value, np.uint64(2**40)).astype(np.int64)
-        step = np.where(wire == 1, 8, np.where(wire == 5, 4, value_length + np.where(wire == 2, size, 0)))
-        bad |= (wire == 3) | (wire == 4) | (wire > 5)
+        step = _FIXED_LENGTH[wire] + value_length + np.where(wire == 2, size, 0)
         new_pos = q + step
-        known = np.where(number < _MAX_FIELD, number, 0)
+        known = np.minimum(number, _MAX_FIELD - 1)  # numbers above the table are unknown fields
         kind = _KIND[known]
-        bad |= (number == 0) | (new_pos > end[active])
+        bad |= (wire > 5) | (wire == 3) | (wire == 4) | (number == 0) | (new_pos > e)
         bad |= ((kind > 0) & (wire != _WIRE[known])) | (kind == 4)
-        rows = active
         col = _COL[known]
         sel = ~bad & (kind == 1)
         varint[rows[sel], col[sel]] = value[sel].view(np.int64)
@@ -219,13 +223,13 @@ def decode_wire(payloads: list[bytes]) -> WireColumns:
             gpu = sel & (number == GPU_FREE_FIELD)
             if gpu.any():
                 np.add.at(gpu_chunks, rows[gpu], 1)
+        keep = new_pos < e
         if bad.any():
             slow[rows[bad]] = True
-            new_pos = np.where(bad, end[rows], new_pos)
-        pos[rows] = new_pos
-        active = rows[new_pos < end[rows]]
+            keep &= ~bad
+        rows, p, e = rows[keep], new_pos[keep], e[keep]
     else:
-        slow[active] = True
+        slow[rows] = True
     slow |= gpu_chunks > 1  # packed chunks concatenate in protobuf; rare enough to leave to upb
     k = BYTES_NAMES.index("gpu_free_milli")
     gpu_start = np.where(slow, -1, span_start[:, k])
