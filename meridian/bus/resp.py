@@ -63,6 +63,9 @@ class RespSocket:
             db = (p.path or "/0").strip("/") if p.scheme == "redis" else ""
             if db and db != "0":
                 self._roundtrip("SELECT", db)
+        except RespError as exc:  # as redis-py: a refused AUTH/SELECT is a connection failure
+            self.close()
+            raise ConnectionRefusedError(f"redis refused the connection setup: {exc}") from exc
         except BaseException:
             self.close()
             raise

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from meridian.bus import BusUnavailableError, RedisStreamBus, open_bus
@@ -44,3 +46,45 @@ def test_per_entry_errors_are_reported_and_the_connection_stays_usable(redis_url
     assert bus.publish_many("a-stream", [b"a", b"b"]) == 2
     assert bus.length("a-stream") == 2
     bus.close()
+
+
+def test_password_and_database_from_the_url(tmp_path: Path) -> None:
+    """The hot paths (own sockets) authenticate and select the database like redis-py does."""
+    import shutil
+    import socket
+    import subprocess
+    import time
+
+    import redis
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is not installed; .ci/run installs it")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--requirepass", "s3cret", "--dir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"redis://:s3cret@127.0.0.1:{port}/2"
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis.from_url(url, socket_timeout=0.5).ping()
+                break
+            except redis.exceptions.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        bus = RedisStreamBus(url)
+        bus.publish_many("s", [b"a", b"b"])
+        assert [e.payload for e in bus.read_group("s", "g", "c", count=10)] == [b"a", b"b"]
+        assert redis.Redis.from_url(url).xlen("s") == 2  # it landed in database 2
+        assert redis.Redis.from_url(f"redis://:s3cret@127.0.0.1:{port}/0").xlen("s") == 0
+        with pytest.raises(BusUnavailableError):  # wrong password: refused, not silently unauthenticated
+            RedisStreamBus(f"redis://:wrong@127.0.0.1:{port}/0").publish_many("s", [b"x"])
+        bus.close()
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
