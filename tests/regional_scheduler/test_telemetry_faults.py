@@ -135,3 +135,52 @@ def test_agent_and_consumer_resume_after_redis_restart(redis_server) -> None:
     assert len(audit.applied) == len(applied)  # nothing applied twice
     agent_bus.close()
     consumer_bus.close()
+
+
+def test_malformed_and_oversized_reports_are_parked_and_the_consumer_goes_on(redis_server) -> None:
+    from meridian.bus import dead_letter_stream
+    from protos import telemetry_pb2 as pb
+
+    bus = RedisStreamBus(redis_server.url)
+    good = [pb.NodeTelemetry(cluster=CLUSTER, node=f"n{i}", sequence=1, power_watts=100.0).SerializeToString()
+            for i in range(3)]
+    poison = [b"\xff\xfe\xfd", pb.NodeTelemetry(cluster=CLUSTER, node="big", sequence=1,
+                                                boot_id="x" * 5000).SerializeToString(),
+              pb.NodeTelemetry(cluster="elsewhere", node="lost", sequence=1).SerializeToString()]
+    bus.publish_many(STREAM, [good[0], poison[0], good[1], poison[1], poison[2], good[2]])
+    settings = TelemetryConsumerSettings(cluster=CLUSTER, consumer="c", block_ms=100, max_payload_bytes=4096)
+    state = TelemetryState(cluster=CLUSTER, stale_after_s=3600)
+    consumer = TelemetryConsumer(bus=bus, state=state, settings=settings)
+    stop = threading.Event()
+    worker = threading.Thread(target=consumer.run, args=(stop,), daemon=True)
+    worker.start()
+    try:
+        wait_for(lambda: state.applied_total == 3 and bus.pending(STREAM, settings.group) == 0, "the good reports")
+        bus.publish(STREAM, pb.NodeTelemetry(cluster=CLUSTER, node="n0", sequence=2).SerializeToString())
+        wait_for(lambda: state.applied_total == 4, "a report after the poison")  # still consuming
+    finally:
+        stop.set()
+        worker.join(timeout=10)
+    parked = sorted(pb.DeadLetter.FromString(e.payload).reason.split(":")[0]
+                    for e in bus.read_range(dead_letter_stream(STREAM)))
+    assert parked == ["decode error", "foreign", "oversized"]
+    assert consumer.dead_lettered_total == 3
+    bus.close()
+
+
+def test_node_that_stops_reporting_turns_unschedulable_after_the_timeout(redis_server) -> None:
+    clock = [5000.0]
+    bus = RedisStreamBus(redis_server.url)
+    fleet = SimulatedFleet(cluster=CLUSTER, region="r", n_nodes=3, start_sequence=0)
+    settings = TelemetryConsumerSettings(cluster=CLUSTER, consumer="c", block_ms=0, stale_after_s=10.0)
+    state = TelemetryState(cluster=CLUSTER, stale_after_s=10.0, clock=lambda: clock[0])
+    consumer = TelemetryConsumer(bus=bus, state=state, settings=settings, clock=lambda: clock[0])
+    bus.publish_many(STREAM, fleet.reports(clock[0]))
+    wait_for(lambda: consumer.step() == 0 and state.applied_total == 3, "the first reports")
+    for t in (5006.0, 5012.0):  # nodes 0 and 1 keep reporting, node 2 fell silent at t = 5000
+        clock[0] = t
+        bus.publish_many(STREAM, fleet.reports(t, slice(0, 2)))
+        wait_for(lambda: consumer.step() == 0 and bus.pending(STREAM, settings.group) == 0, "the reports")
+    schedulable = state.state.schedulable[[state.state.index[n] for n in fleet.names]].tolist()
+    assert schedulable == [True, True, False]  # 12 s of silence > 10 s
+    bus.close()
