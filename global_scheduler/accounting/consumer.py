@@ -162,7 +162,10 @@ def summary_interval_record(prev: telemetry_pb2.ClusterSummary, cur: telemetry_p
         raise LedgerError(f"summaries of {cur.cluster} are not in time order")
     delta = energy.counter_increments_joules([prev.energy_joules, cur.energy_joules])
     it_j = float(delta.increments_joules[0])
-    if delta.resets:
+    # A cluster that reports power but no energy counter (a simulated cluster, or agents without RAPL
+    # whose summaries carry zero) is integrated from its power readings like a counter reset.
+    no_counter = prev.energy_joules == 0 and cur.energy_joules == 0
+    if delta.resets or no_counter:
         it_j = float(energy.trapezoid_intervals_joules([0.0, dt_s], [prev.power_watts, cur.power_watts],
                                                        max_gap_s=float("inf"))[0])
     unknown_s = 0.0

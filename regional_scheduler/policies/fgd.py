@@ -5,6 +5,11 @@ cluster's expected GPU fragmentation (:mod:`meridian.fragmentation`) the least. 
 simulator (``fgd_score.go``), the node score is ``int(sigmoid(Δ / 1000) · 100)`` with
 ``Δ = frag_before − frag_after`` in milli-GPU, ties broken at random.
 
+Target workload: ``prepare(state, pods)`` gives it (the simulator passes the trace's pod list). A
+live scheduler that was never prepared learns it online from the pods it is asked to place (the
+last ``ONLINE_WINDOW`` shapes, rebuilt every ``ONLINE_REFRESH`` pods), so FGD works from the first
+pod on a real cluster too.
+
 Speed: fragmentation only changes on the node a pod lands on, so scores are cached per pod
 shape and node and recomputed only for nodes whose ``node_version`` moved since (a placement
 invalidates one node). A cold shape costs one vectorised pass over all nodes.
@@ -12,6 +17,7 @@ invalidates one node). A cold shape costs one vectorised pass over all nodes.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -23,6 +29,8 @@ from meridian.model import MILLI_GPU_PER_DEVICE, Pod
 from regional_scheduler.policies.base import MAX_NODE_SCORE, Scores
 
 NAME = "fgd"
+ONLINE_WINDOW = 2000
+ONLINE_REFRESH = 100
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -98,10 +106,24 @@ class FgdPolicy:
         self._state: ClusterState | None = None
         self._frag: _Cache | None = None
         self._by_shape: dict[tuple, _Cache] = {}
+        self._seen: deque[Pod] | None = None if workload is not None else deque(maxlen=ONLINE_WINDOW)
+        self._since_refresh = 0
 
     def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
         self.workload = TargetWorkload.from_pods(workload, state.gpu_models)
+        self._seen = None
         self._state = None
+
+    def _observe(self, state: ClusterState, pod: Pod) -> None:
+        """Online target workload for an unprepared (live) scheduler."""
+        if self._seen is None:
+            return
+        self._seen.append(pod)
+        self._since_refresh += 1
+        if self.workload is None or self._since_refresh >= ONLINE_REFRESH:
+            self.workload = TargetWorkload.from_pods(list(self._seen), state.gpu_models)
+            self._since_refresh = 0
+            self._state = None  # cached fragmentation was computed for the old workload
 
     def _sync(self, state: ClusterState) -> None:
         if self.workload is None:
@@ -143,6 +165,7 @@ class FgdPolicy:
         return cache.values[nodes], cache.devices[nodes]
 
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> Scores:
+        self._observe(state, pod)
         delta, device = self.delta(state, pod, nodes)
         score = np.floor(_sigmoid(-delta / 1000.0) * MAX_NODE_SCORE)
         return Scores(score, device)

@@ -174,6 +174,8 @@ def _summary(seq: int, t_ms: int, energy_j: float, power_w: float) -> telemetry_
     # the summed counter fell (an agent restarted): trapezoid of the power readings, (100+300)/2·10
     pytest.param((1, 0, 5000.0, 100.0), (2, 10_000, 200.0, 300.0), 2000.0, 0.0, id="counter-reset"),
     pytest.param((1, 0, 0.0, 100.0), (2, 600_000, 60_000.0, 100.0), 0.0, 600.0, id="gap"),
+    # no energy counter at all (simulated clusters): trapezoid of power, (200+400)/2·5
+    pytest.param((1, 0, 0.0, 200.0), (2, 5_000, 0.0, 400.0), 1500.0, 0.0, id="power-only"),
 ])
 def test_summary_interval_record(prev, cur, it_joules, unknown_s):
     rec = summary_interval_record(_summary(*prev), _summary(*cur), price_per_mwh=40.0)

@@ -64,3 +64,18 @@ def test_every_baseline_scores_all_feasible_nodes_once(name: str) -> None:
 def test_unknown_policy_is_a_clear_error() -> None:
     with pytest.raises(UnknownPolicyError, match="known:"):
         get_policy("best-fitt")
+
+
+def test_unprepared_fgd_learns_its_target_workload_online() -> None:
+    # A live regional scheduler never sees the whole trace: FGD must still place from the first pod.
+    nodes = [Node(name=f"g{i}", capacity=Resources(milli_cpu=32000, memory_bytes=64 * GIB, gpu=2), gpu_model="T4")
+             for i in range(3)]
+    state = ClusterState.from_nodes(nodes)
+    scheduler = Scheduler(get_policy("fgd"))
+    for i in range(4):
+        pod = Pod(name=f"p{i}", requests=Resources(milli_cpu=4000, gpu_milli=500))
+        decision = scheduler.schedule(state, pod)
+        assert decision.placement is not None
+        state.allocate(pod, decision.placement)
+    # Four half-GPU pods pack onto two devices of one node, the fragmentation-minimising choice.
+    assert state.gpu_full_free.sum() == 4

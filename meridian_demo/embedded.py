@@ -1,0 +1,230 @@
+"""An embedded federation: regional schedulers on simulated clusters cut from the real openb node
+list, the global scheduler's gRPC API on loopback, energy accounting from the summaries stream, and
+workloads from the real DLRM trace — all in one process, talking over one stream bus.
+
+Regions take their grid carbon intensity from the real hourly series (``../shared/traces/carbon``)
+at a fixed hour of the held-back evaluation window, so routing sees real differences between grids.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import grpc
+import numpy as np
+import redis
+
+from global_scheduler.federation_sim import REGIONS, load_dlrm, load_grid
+from global_scheduler.scheduler import GlobalScheduler
+from global_scheduler.server import RunningServer, build_server
+from global_scheduler.settings import GlobalSchedulerSettings
+from meridian.bus import StreamBus, open_bus
+from meridian.traces import openb
+from protos import global_api_pb2 as api
+from protos import global_api_pb2_grpc as api_grpc
+from regional_scheduler.dispatch_worker import DispatchWorker, DispatchWorkerSettings, simulated_cluster
+
+log = logging.getLogger(__name__)
+
+DEMO_REGIONS = ("eu-north", "eu-central", "eu-west", "us-west", "uk-south", "sa-east")
+DEMO_HOUR = (12, 1, 12)  # month, day, hour (UTC) of the held-back window whose intensities regions report
+
+
+@dataclass
+class DemoConfig:
+    regions: tuple[str, ...] = DEMO_REGIONS
+    clusters_per_region: int = 1
+    nodes_per_cluster: int = 40
+    workloads: int = 60
+    routing: str = "gnn"
+    placement: str = "fgd"
+    seed: int = 0
+    summary_interval_s: float = 0.5
+    timeout_s: float = 60.0
+
+
+@dataclass
+class PrivateRedis:
+    """A throwaway redis-server for the demo when none answers at the given URL."""
+
+    proc: subprocess.Popen[bytes]
+    workdir: str
+    url: str
+
+    @classmethod
+    def start(cls) -> PrivateRedis | None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            return None
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        workdir = tempfile.mkdtemp(prefix="meridian-demo-redis-")
+        proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                                 "no", "--dir", workdir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"redis://127.0.0.1:{port}/0"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                redis.Redis.from_url(url, socket_timeout=0.5).ping()
+                return cls(proc, workdir, url)
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        proc.kill()
+        return None
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def redis_answers(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5).ping())
+    except (redis.exceptions.RedisError, OSError, ValueError):
+        return False
+
+
+def region_intensity(traces_dir: Path, region: str) -> float:
+    """The region's real grid intensity (gCO2/kWh) at the demo hour of its own series' year."""
+    grid = load_grid(traces_dir)
+    r = REGIONS[region]
+    month, day, hour = DEMO_HOUR
+    return grid.carbon[r.carbon_zone].at(datetime(r.carbon_year, month, day, hour, tzinfo=UTC))
+
+
+@dataclass
+class Federation:
+    bus_url: str
+    key_prefix: str
+    server: RunningServer
+    engine: GlobalScheduler
+    workers: dict[str, DispatchWorker] = field(default_factory=dict)
+    stop: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+    carbon: dict[str, float] = field(default_factory=dict)
+    accounting: threading.Event | None = None
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.server.port}"
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.accounting is not None:
+            self.accounting.set()
+        self.server.stop(0.5)
+        for t in self.threads:
+            t.join(timeout=5)
+
+
+def _bus(url: str, key_prefix: str, shared: StreamBus | None) -> StreamBus:
+    # The in-process bus lives in one object, so every tier must share it; Redis buses are per tier.
+    return shared if shared is not None else open_bus(url, key_prefix=key_prefix)
+
+
+def start_federation(cfg: DemoConfig, *, bus_url: str, traces_dir: Path) -> Federation:
+    key_prefix = f"demo-{uuid.uuid4().hex[:8]}:"
+    shared = open_bus(bus_url) if bus_url.startswith("memory:") else None
+    settings = GlobalSchedulerSettings(
+        api={"listen": "127.0.0.1:0", "max_workers": 16},
+        bus={"url": bus_url, "key_prefix": key_prefix, "poll_block_ms": 50},
+        registry={"cluster_timeout_s": max(5.0, 10 * cfg.summary_interval_s), "sweep_interval_s": 0.2},
+        routing={"policy": cfg.routing, "defer_recheck_s": 5.0},
+    )
+    engine = GlobalScheduler(settings=settings, bus=_bus(bus_url, key_prefix, shared))
+    extra = []
+    accounting_stop = None
+    if shared is None:
+        from global_scheduler.accounting.consumer import SummaryAccountant, start_accounting
+        from global_scheduler.accounting.ledger import RedisLedger
+        from global_scheduler.accounting.service import SERVICE_NAME, add_energy_service
+
+        ledger = RedisLedger(redis.Redis.from_url(bus_url), prefix=key_prefix + "meridian:", bucket_s=1)
+
+        def _energy(server: grpc.Server) -> str:
+            add_energy_service(server, ledger)
+            return SERVICE_NAME
+
+        extra.append(_energy)
+        accountant = SummaryAccountant(bus=open_bus(bus_url, key_prefix=key_prefix), ledger=ledger,
+                                       consumer="demo-accounting", price_per_mwh=lambda region, t_s: 100.0,
+                                       block_ms=100)
+        _, accounting_stop = start_accounting(accountant)
+    server = build_server(engine, extra_services=extra)
+    fed = Federation(bus_url, key_prefix, server, engine, accounting=accounting_stop)
+
+    nodes = openb.load_nodes(traces_dir / "alibaba-gpu-v2023" / "openb_node_list_gpu_node.csv")
+    order = np.random.default_rng(cfg.seed).permutation(len(nodes))
+    k = 0
+    for region in cfg.regions:
+        fed.carbon[region] = region_intensity(traces_dir, region)
+        for c in range(cfg.clusters_per_region):
+            name = f"{region}-{c + 1}"
+            picked = [nodes[int(i)] for i in order[k:k + cfg.nodes_per_cluster]]
+            k += cfg.nodes_per_cluster
+            worker = DispatchWorker(
+                bus=_bus(bus_url, key_prefix, shared), state=simulated_cluster(picked),
+                settings=DispatchWorkerSettings(cluster=name, region=region, policy=cfg.placement,
+                                                summary_interval_s=cfg.summary_interval_s, block_ms=50,
+                                                carbon_g_per_kwh=fed.carbon[region], pue=REGIONS[region].pue))
+            fed.workers[name] = worker
+            t = threading.Thread(target=worker.run, args=(fed.stop,), name=f"regional-{name}", daemon=True)
+            t.start()
+            fed.threads.append(t)
+    deadline = time.monotonic() + cfg.timeout_s
+    while len(engine.registry.names()) < len(fed.workers):
+        if time.monotonic() > deadline:
+            fed.close()
+            raise TimeoutError("clusters did not report their first summaries in time")
+        time.sleep(0.05)
+    return fed
+
+
+def trace_workloads(cfg: DemoConfig, traces_dir: Path) -> list[api.SubmitWorkloadRequest]:
+    """Workloads from the DLRM trace (its ``app_name`` is the tenant), scaled to the demo clusters."""
+    trace = load_dlrm(str(traces_dir / "alibaba-dlrm-v2025" / "disaggregated_DLRM_trace.csv"))
+    rng = np.random.default_rng(cfg.seed)
+    picks = rng.choice(len(trace), size=min(cfg.workloads, len(trace)), replace=False)
+    out = []
+    for n, i in enumerate(sorted(int(p) for p in picks)):
+        w = trace[i]
+        origin = cfg.regions[int(rng.integers(len(cfg.regions)))]
+        spec = api.WorkloadSpec(
+            name=f"{w.tenant.lower().replace('_', '-')[:40]}-{n}".strip("-"), tenant=w.tenant,
+            replicas=int(min(w.replicas, 4)),
+            requests=api.ResourceQuantities(cpu=f"{max(w.milli_cpu // 4, 100)}m",
+                                            memory=f"{max(w.memory_bytes // 4 // 2**20, 64)}Mi",
+                                            gpu=str(w.gpu) if w.gpu else ""),
+            origin_region=origin, latency_slo_ms=250.0, workload_class="latency-sensitive")
+        out.append(api.SubmitWorkloadRequest(spec=spec, idempotency_key=f"demo-{cfg.seed}-{w.id}"))
+    return out
+
+
+def submit_all(target: str, requests: list[api.SubmitWorkloadRequest]) -> list[api.Workload]:
+    stub = api_grpc.GlobalSchedulerStub(grpc.insecure_channel(target))
+    return [stub.SubmitWorkload(req, timeout=10) for req in requests]
+
+
+TERMINAL = {api.WORKLOAD_STATE_RUNNING, api.WORKLOAD_STATE_FAILED, api.WORKLOAD_STATE_CANCELLED}
+
+
+def wait_settled(target: str, ids: list[str], timeout_s: float) -> list[api.Workload]:
+    stub = api_grpc.GlobalSchedulerStub(grpc.insecure_channel(target))
+    deadline = time.monotonic() + timeout_s
+    while True:
+        current = [stub.GetWorkload(api.GetWorkloadRequest(id=i), timeout=10) for i in ids]
+        if all(w.state in TERMINAL for w in current) or time.monotonic() > deadline:
+            return current
+        time.sleep(0.2)
