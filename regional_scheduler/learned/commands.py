@@ -32,8 +32,8 @@ def train_placement(
     pods: str = typer.Option(DEFAULT_TRAIN_LISTS, "--pods",
                              help="comma-separated openb pod lists to train the GPU profile on (names like "
                                   "cpu050 or CSV paths); the CPU profile trains on seed-50x200 seeds 1000+"),
-    steps: int = typer.Option(400_000, help="policy-search budget per GPU profile, in environment steps"),
-    cpu_steps: int = typer.Option(120_000, help="policy-search budget of the CPU profile, in environment steps"),
+    steps: int = typer.Option(300_000, help="policy-search budget per GPU profile, in environment steps"),
+    cpu_steps: int = typer.Option(150_000, help="policy-search budget of the CPU profile, in environment steps"),
     seed: int = typer.Option(0, help="random seed (training is deterministic for a seed)"),
     out: Path = typer.Option(DEFAULT_CHECKPOINT, help="checkpoint to write (the log goes beside it as .json)"),
     profiles: str = typer.Option("gpu,cpu", help="which profiles to train: gpu (openb), cpu (seed-50x200)"),
@@ -73,16 +73,17 @@ def train_placement(
                     raise typer.BadParameter(str(exc), param_hint="--pods") from exc
                 episodes = algorithm.openb_episodes(lists, openb.load_nodes(), node_fraction=node_fraction)
                 result = algorithm.train_profile(
-                    episodes=episodes, teacher="fgd", reward=GPU_REWARD, bc_episodes=3, bc_every=2, bc_epochs=4,
-                    es_steps=budget, es_max_seconds=share, pairs=4, sigma=0.05, learning_rate=0.02, seed=seed,
+                    episodes=episodes, teacher="fgd", reward=GPU_REWARD, bc_episodes=6, bc_every=2, bc_epochs=6,
+                    bc_parts=("head", "mlp"), bc_learning_rates=(1e-2, 3e-3), es_steps=budget,
+                    es_max_seconds=share, pairs=8, sigma=0.2, learning_rate=0.05, validation_episodes=4, seed=seed,
                     on_progress=report)
                 result.log["pod_lists"] = names
                 result.log["node_fraction"] = node_fraction
             else:
                 result = algorithm.train_profile(
                     episodes=algorithm.seed_episodes(), teacher="best-fit", reward=CPU_REWARD, bc_episodes=10,
-                    bc_every=1, bc_epochs=6, es_steps=budget, es_max_seconds=share, pairs=6, sigma=0.3,
-                    learning_rate=0.1, episodes_per_eval=4, seed=seed, on_progress=report)
+                    bc_every=1, bc_epochs=6, es_steps=budget, es_max_seconds=share, pairs=6, sigma=1.0,
+                    learning_rate=0.3, episodes_per_eval=2, validation_episodes=10, seed=seed, on_progress=report)
                 result.log["scenario"] = "seed-50x200, seeds 1000+ (the benchmark uses 0-9)"
             nets[profile], logs[profile] = result.net, result.log
             progress.update(task, completed=budget)

@@ -65,7 +65,10 @@ def explain(scorer: LearnedScorer, state: ClusterState, pod: Pod, *, top: int = 
     x = torch.from_numpy(x_np).requires_grad_(True)
     context = net.pooled(x.detach())
     logits = net(x, torch.from_numpy(p_np), context=context)
-    order = np.argsort(-logits.detach().numpy(), kind="stable")[:top]
+    # Rank with the serving path's own scores, so the explanation names the node actually chosen;
+    # torch (same weights, same formula) only supplies the gradients.
+    served = scorer.fast[scorer.profile].predict(x_np, p_np)
+    order = np.argsort(-served, kind="stable")[:top]
     grads = torch.autograd.grad(logits[torch.from_numpy(order)].sum(), x)[0].numpy()
     normalised = ((x.detach() - net.feature_mean) / net.feature_std).numpy()
     # d logit / d x_raw × (x_raw − mean) = d logit / d x_norm × x_norm.
@@ -73,7 +76,7 @@ def explain(scorer: LearnedScorer, state: ClusterState, pod: Pod, *, top: int = 
     for rank, i in enumerate(order):
         strongest = np.argsort(-np.abs(attributions[i]), kind="stable")[:n_features]
         base.nodes.append(NodeExplanation(
-            state.names[int(nodes[i])], float(logits[i]), rank + 1,
+            state.names[int(nodes[i])], float(served[i]), rank + 1,
             [(NODE_FEATURES[j], float(x_np[i, j]), float(attributions[i, j])) for j in strongest]))
     base.chosen = base.nodes[0].node
     return base

@@ -1,13 +1,19 @@
 """Behaviour cloning from the best heuristic (FGD on the openb traces), the policy's starting point.
 
 Collection: the teacher drives :class:`~regional_scheduler.learned.env.PlacementEnv` (its own
-decisions, so the states are the teacher's); at each decision we keep every node the teacher ranked
-best (heuristic scores tie — FGD's are integers 0–100), its next-best nodes (hard negatives) and a
-random sample of the rest, up to ``max_candidates``.
+decisions, so the states are the teacher's); at each decision we keep the teacher's target nodes, its
+next-best nodes (hard negatives) and a random sample of the rest, up to ``max_candidates``.
 
-Loss: the negative log of the probability the network's softmax gives to the teacher's best set,
-``−log Σ_{j ∈ best} softmax(logits)_j`` — the likelihood of "one of the teacher's choices", which
-does not force an arbitrary order among the teacher's ties.
+Targets (``target``):
+
+- ``"pick"`` (default): the node the teacher actually chose. FGD's scores are integers 0–100, so
+  many nodes tie and the scheduler takes the first in node order; that tie-break is worth a lot
+  (FGD with random ties loses ~5 points of GPU allocation on openb, ``docs/benchmarks.md``) because
+  it keeps filling the same nodes and leaves the others whole. Node order is not a feature, but its
+  effect — preferring nodes already in use — is learnable from the node features.
+- ``"ties"``: every node the teacher ranked best, a set likelihood that leaves the tie order free.
+
+Loss: ``−log Σ_{j ∈ targets} softmax(logits)_j``.
 """
 
 from __future__ import annotations
@@ -24,10 +30,13 @@ from regional_scheduler.policies.base import ScorePolicy
 from regional_scheduler.policies.registry import get_policy
 
 
-def collect(episodes: Sequence[Episode], *, teacher: str = "fgd", buffer: ImitationBuffer | None = None,
+def collect(episodes: Sequence[Episode], *, teacher: str = "fgd", target: str = "pick",
+            buffer: ImitationBuffer | None = None,
             max_candidates: int = 64, n_hard_negatives: int = 16, every: int = 1, seed: int = 0,
             on_step: Callable[[int], None] | None = None) -> ImitationBuffer:
     """Run ``teacher`` through ``episodes`` and store every ``every``-th decision it takes."""
+    if target not in ("pick", "ties"):
+        raise ValueError(f"target must be 'pick' or 'ties', not {target!r}")
     buffer = buffer or ImitationBuffer(max_candidates)
     rng = np.random.default_rng(seed)
     step = 0
@@ -43,7 +52,8 @@ def collect(episodes: Sequence[Episode], *, teacher: str = "fgd", buffer: Imitat
             scores = policy.score(env.state, env.pod, candidates).scores
             pick = int(np.argmax(scores))  # the scheduler's rule: first highest score
             if step % every == 0 and candidates.size > 1 and scores.max() > scores.min():
-                buffer.add(_sample(info["candidate_features"], env.pod_features, scores, rng, max_candidates,
+                best = np.array([pick]) if target == "pick" else np.flatnonzero(scores == scores.max())
+                buffer.add(_sample(info["candidate_features"], env.pod_features, scores, best, rng, max_candidates,
                                    n_hard_negatives))
             _, _, _, _, info = env.step(int(candidates[pick]))
             step += 1
@@ -52,9 +62,8 @@ def collect(episodes: Sequence[Episode], *, teacher: str = "fgd", buffer: Imitat
     return buffer
 
 
-def _sample(features: np.ndarray, pod_features: np.ndarray, scores: np.ndarray, rng: np.random.Generator,
-            max_candidates: int, n_hard: int) -> ImitationSample:
-    best = np.flatnonzero(scores == scores.max())
+def _sample(features: np.ndarray, pod_features: np.ndarray, scores: np.ndarray, best: np.ndarray,
+            rng: np.random.Generator, max_candidates: int, n_hard: int) -> ImitationSample:
     if best.size > max_candidates // 2:
         best = rng.choice(best, size=max_candidates // 2, replace=False)
     rest = np.setdiff1d(np.arange(scores.size), best)
@@ -75,19 +84,35 @@ def set_likelihood_loss(logits: torch.Tensor, teacher_best: torch.Tensor) -> tor
 
 
 def behaviour_cloning(net: PlacementNet, buffer: ImitationBuffer, *, epochs: int = 4, batch_size: int = 128,
-                      learning_rate: float = 3e-3, seed: int = 0,
+                      learning_rate: float = 3e-3, part: str = "all", seed: int = 0,
                       on_epoch: Callable[[int, float, float], None] | None = None) -> list[dict[str, float]]:
     """Fit ``net`` to the teacher's choices; returns per-epoch ``{"loss", "top1"}`` (top-1: the
-    network's highest-scoring kept candidate is one of the teacher's best).
+    network's highest-scoring kept candidate is one of the teacher's targets).
 
-    ``learning_rate`` 3e-3 with Adam suits a ~4k-parameter network; 4 epochs over ~10k decisions
-    reach a plateau without over-fitting a few episodes (the log shows it).
+    ``part``: ``"all"`` trains every parameter; ``"head"`` trains only the linear heuristic head with
+    the MLP switched off (``mlp_scale`` = 0) — a linear imitation of the teacher; ``"mlp"`` then
+    trains the MLP on what the head leaves unexplained (the head frozen, ``mlp_scale`` = 1).
+    ``learning_rate`` 3e-3 with Adam suits a ~4k-parameter network; a few epochs over ~10k
+    decisions reach a plateau without over-fitting a few episodes (the log shows it).
     """
-    mean, std = buffer.feature_statistics()
-    with torch.no_grad():
-        net.feature_mean.copy_(torch.from_numpy(mean))
-        net.feature_std.copy_(torch.from_numpy(std))
-    optimiser = torch.optim.Adam(net.parameters(), lr=learning_rate)
+    if part not in ("all", "head", "mlp"):
+        raise ValueError(f"part must be all, head or mlp, not {part!r}")
+    if part != "mlp":
+        mean, std = buffer.feature_statistics()
+        with torch.no_grad():
+            net.feature_mean.copy_(torch.from_numpy(mean))
+            net.feature_std.copy_(torch.from_numpy(std))
+    if part == "all":
+        params = list(net.parameters())
+    elif part == "head":
+        params = list(net.heuristic_head.parameters())
+        with torch.no_grad():
+            net.mlp_scale.fill_(0.0)
+    else:
+        params = list(net.mlp.parameters())
+        with torch.no_grad():
+            net.mlp_scale.fill_(1.0)
+    optimiser = torch.optim.Adam(params, lr=learning_rate)
     rng = np.random.default_rng(seed)
     history: list[dict[str, float]] = []
     net.train()
