@@ -176,3 +176,7 @@ def test_redis_is_reachable_where_the_agent_looks() -> None:
     url = {e["name"]: e.get("value") for e in agent["env"]}["MERIDIAN_AGENT_BUS_URL"]
     namespace = service["metadata"]["namespace"]
     assert url == f"redis://{service['metadata']['name']}.{namespace}.svc:{service['spec']['ports'][0]['port']}/0"
+
+
+def test_agent_runs_the_standalone_entry_point(agent_container: dict[str, Any]) -> None:
+    assert agent_container["command"] == ["python", "-m", "node_agent"]

@@ -51,3 +51,16 @@ def test_built_agent_publishes(tmp_path: Path, redis_url: str, key_prefix: str, 
     finally:
         bus.delete(stream)
         bus.close()
+
+
+def test_standalone_entry_point_stays_small() -> None:
+    """``python -m node_agent`` (the DaemonSet's command) works and does not import torch."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "node_agent", "--help"], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0 and "--simulate-nodes" in result.stdout
+    probe = subprocess.run([sys.executable, "-c", "import sys, node_agent.__main__; print('torch' in sys.modules)"],
+                           capture_output=True, text=True, timeout=120, check=True)
+    assert probe.stdout.strip() == "False"
