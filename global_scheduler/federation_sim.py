@@ -102,6 +102,7 @@ class FederationConfig:
     weights_batch: tuple[float, float, float, float] = (0.1, 0.1, 0.7, 0.1)
     forecast_hours: int = 24
     max_reroutes: int = 3  # a cluster that cannot bind all replicas is excluded and the workload rerouted
+    drain_hours: int = 48  # accounted hours after the last arrival: the longest deadline (24 h) plus a day
 
 
 @dataclass
@@ -263,7 +264,7 @@ class FederationSim:
         self.rtt, self.bw = rtt_matrix(self.regions)
         grid = load_grid(traces_dir, carbon_dir, prices_file)
         self.hours = config.days * 24
-        horizon = self.hours + config.forecast_hours + 48
+        horizon = self.hours + config.drain_hours + config.forecast_hours + 48
         month, day = (int(x) for x in config.start.split("-"))
         self.window_start = datetime(2000, month, day, tzinfo=UTC)  # calendar only; years per region
         self.carbon = np.zeros((self.n_regions, horizon))
@@ -452,7 +453,9 @@ class FederationSim:
         queue: list[_Pending] = []
         ai = 0
         pending_since: dict[int, int] = {}
-        for hour in range(self.hours):
+        # Arrivals stop at the window's end; the run goes on for ``drain_hours`` so work a policy deferred
+        # near the end is still accounted for (otherwise deferring would hide energy past the window).
+        for hour in range(self.hours + cfg.drain_hours):
             self.hour = hour
             # 1. releases
             still = []
@@ -567,7 +570,8 @@ class FederationSim:
                          jain_fairness=jain, decision_ms_p50=float(np.percentile(ms, 50)),
                          decision_ms_p99=float(np.percentile(ms, 99)), workloads=len(self.workloads),
                          placed=len(outcome_bad), deferred_decisions=deferred_decisions,
-                         mean_utilisation=util_acc / max(self.hours, 1), workload_hours=replica_hours)
+                         mean_utilisation=util_acc / max(self.hours + cfg.drain_hours, 1),
+                         workload_hours=replica_hours)
 
     def _power(self) -> np.ndarray:
         cfg = self.cfg

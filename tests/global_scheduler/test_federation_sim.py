@@ -47,7 +47,7 @@ def test_deterministic_and_hooked(sim: FederationSim) -> None:
     a = sim.run(get_policy("karmada"), on_interval=records.extend)
     b = sim.run(get_policy("karmada"))
     assert (a.carbon_kg, a.slo_violations, a.placed) == (b.carbon_kg, b.slo_violations, b.placed)
-    assert len(records) == sim.hours * sim.cfg.clusters
+    assert len(records) == (sim.hours + sim.cfg.drain_hours) * sim.cfg.clusters
     # carbon = energy (facility) × intensity, per record
     for r in records[:12]:
         assert r.carbon_kg == pytest.approx(r.energy_kwh * r.carbon_g_per_kwh / 1000)
