@@ -351,6 +351,7 @@ def register(cli: CliRoot) -> None:
         days: int = typer.Option(5, help="Days per training episode."),
         epochs: int = typer.Option(6, help="Passes over the collected decisions after each DAgger pass."),
         seed: int = typer.Option(0),
+        layers: int = typer.Option(1, help="GATv2 layers."),
         traces: Path | None = typer.Option(None, "--traces", help="Shared traces folder."),
     ) -> None:
         """Train the GNN router on simulated federations (training regions, Jan-Oct, trace days 0-18)."""
@@ -360,7 +361,8 @@ def register(cli: CliRoot) -> None:
         from global_scheduler.routing_training import TrainConfig, train_routing
 
         torch.set_num_threads(1)
-        tc = TrainConfig(iterations=iterations, episodes_per_iteration=episodes, days=days, epochs=epochs, seed=seed)
+        tc = TrainConfig(iterations=iterations, episodes_per_iteration=episodes, days=days, epochs=epochs, seed=seed,
+                         layers=layers)
         with Progress(console=console) as progress:
             task = progress.add_task("training", total=1.0)
             meta = train_routing(tc, traces or _traces_default(), out,
