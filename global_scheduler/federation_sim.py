@@ -266,7 +266,9 @@ class FederationSim:
         self.hours = config.days * 24
         horizon = self.hours + config.drain_hours + config.forecast_hours + 48
         month, day = (int(x) for x in config.start.split("-"))
-        self.window_start = datetime(2000, month, day, tzinfo=UTC)  # calendar only; years per region
+        # Regions read their own years; records are stamped with the latest of them (the evaluation year).
+        self.window_start = datetime(max(config.region_years.get(r.name, r.carbon_year) for r in self.regions),
+                                     month, day, tzinfo=UTC)
         self.carbon = np.zeros((self.n_regions, horizon))
         self.price = np.zeros((self.n_regions, horizon))
         for i, r in enumerate(self.regions):
@@ -538,9 +540,18 @@ class FederationSim:
             cost += float(money.sum())
             if on_interval is not None:
                 start = self.window_start + timedelta(hours=hour)
+                # Tenants' shares of each cluster's energy by requested CPU (Kepler-style attribution).
+                shares: list[dict[str, float]] = [{} for _ in range(cfg.clusters)]
+                for r in self.running:
+                    c = r["cluster"]
+                    if used[c, 0] > 0:
+                        tenant = self.tenants[r["tenant"]]
+                        part = e_kwh[c] * len(r["nodes"]) * r["need"][0] / used[c, 0]
+                        shares[c][tenant] = shares[c].get(tenant, 0.0) + float(part)
                 on_interval([IntervalRecord(start, 3600.0, self.cluster_names[c], self.regions[reg[c]].name,
                                             float(power[c]), float(e_kwh[c]), float(c_kg[c]), float(money[c]),
-                                            float(self.carbon[reg[c], hour]), float(self.price[reg[c], hour]))
+                                            float(self.carbon[reg[c], hour]), float(self.price[reg[c], hour]),
+                                            shares[c])
                              for c in range(cfg.clusters)])
             self.viol_recent *= 0.5
             for r in self.running:
