@@ -78,7 +78,8 @@ class AutoscaleEnv(gym.Env[np.ndarray, int]):
             if proposal is None:
                 proposal = proposed_replicas(int(action), context, obs, self._u_slo)
             decision = rails.apply(proposed=proposal, current=obs.current_replicas, now_s=obs.time_s,
-                                   slo_breached=obs.slo_breached, utilisation=obs.utilisation)
+                                   slo_breached=obs.slo_breached, utilisation=obs.utilisation,
+                                   ready=obs.ready_replicas)
             sim.step(decision.replicas)
             replicas += sim.ready + len(sim.pending)
         replicas /= sim.ticks_per_minute

@@ -2,8 +2,11 @@
 
 In order (a later rule wins over an earlier one):
 
-1. **SLO breach → immediate scale-up**: while the observed latency SLO is breached the result is at least
-   ``max(current + 1, ceil(current × utilisation / breach_target_utilisation))`` and never a scale-down.
+1. **SLO breach → immediate scale-up**: while the observed latency SLO is breached the result is never a
+   scale-down and is at least ``ceil(ready × utilisation / breach_target_utilisation)`` (the capacity the
+   observed load needs, counting pods already starting) and at least ``current + 1`` unless a scale-up
+   is already in flight (pods pending), so every breach gets a scale-up without compounding one per
+   tick while the new pods start.
 2. **Scale-down cool-down**: a scale-down is refused (replicas held) unless ``scale_down_cooldown_s``
    (3 min) have passed since the last one.
 3. **Scale-down step**: one decision removes at most ``max_scale_down_fraction`` (50%) of the current
@@ -41,13 +44,15 @@ class GuardRails:
         self.last_scale_down_s = None
 
     def apply(self, *, proposed: int, current: int, now_s: float, slo_breached: bool,
-              utilisation: float | None) -> GuardedDecision:
+              utilisation: float | None, ready: int | None = None) -> GuardedDecision:
+        """Guard ``proposed``; ``ready`` defaults to ``current`` (no pods pending)."""
         s = self.settings
         rails: list[str] = []
         result = int(proposed)
+        ready = current if ready is None else min(ready, current)
         if slo_breached:
             ratio = (utilisation or 0.0) / s.breach_target_utilisation
-            floor = max(current + 1, math.ceil(current * ratio))
+            floor = max(current + 1 if ready == current else current, math.ceil(ready * ratio))
             if result < floor:
                 result = floor
                 rails.append("slo_breach_scale_up")

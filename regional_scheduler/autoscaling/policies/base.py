@@ -50,35 +50,53 @@ class AutoscalingPolicy(Protocol):
     def decide(self, observation: Observation) -> int: ...
 
 
-def forecast_needed_load(context: PolicyContext, observation: Observation, *, extra_minutes: int = 2) -> float:
-    """Peak load (replicas at 100%) expected from now until new pods would be ready, plus ``extra_minutes``.
+RECENT_PEAK_MINUTES = 10
+SPREAD_FLOOR_FRACTION = 0.05
 
-    Never below the load observed now (persistence), so a forecast miss is no worse than reacting.
+
+def _recent_peak(context: PolicyContext, observation: Observation, minutes: int) -> float:
+    last = observation.observed_minutes - 1
+    history = context.forecast.last_observed[max(0, last - minutes + 1):last + 1]
+    return max(observation.load_replicas, float(history.max()) if history.size else 0.0)
+
+
+def forecast_needed_load(context: PolicyContext, observation: Observation, *, extra_minutes: int = 2,
+                         recent_minutes: int = RECENT_PEAK_MINUTES) -> float:
+    """Load (replicas at 100%) to provision for: the highest of the forecast peak from now until new pods
+    would be ready (plus ``extra_minutes``) and the load observed over the last ``recent_minutes``.
+
+    The recent peak is what makes bursty load safe to follow (bursts cluster: a burst a few minutes ago
+    predicts one now better than the seasonal profile does, which is also why the HPA keeps the highest
+    recommendation of the last 5 minutes); the forecast adds what is coming before pods could be ready.
     """
     last = observation.observed_minutes - 1
-    now = observation.load_replicas
+    recent = _recent_peak(context, observation, recent_minutes)
     if last < 0:
-        return now
+        return recent
     first_h = max(1, observation.minute - last)
     peak = context.forecast.peak(last, first_h, first_h + context.lead_minutes + extra_minutes)
-    return max(now, peak) if math.isfinite(peak) else now
+    return max(recent, peak) if math.isfinite(peak) else recent
 
 
-def forecast_upper_load(context: PolicyContext, observation: Observation, *, extra_minutes: int = 2) -> float:
+def forecast_upper_load(context: PolicyContext, observation: Observation, *, extra_minutes: int = 2,
+                        recent_minutes: int = RECENT_PEAK_MINUTES) -> float:
     """As :func:`forecast_needed_load` with the upper seasonal forecast (recurring bursts)."""
     last = observation.observed_minutes - 1
-    now = observation.load_replicas
+    recent = _recent_peak(context, observation, recent_minutes)
     if last < 0:
-        return now
+        return recent
     first_h = max(1, observation.minute - last)
     peak = context.forecast.upper_peak(last, first_h, first_h + context.lead_minutes + extra_minutes)
-    return max(now, peak) if math.isfinite(peak) else now
+    return max(recent, peak) if math.isfinite(peak) else recent
 
 
 def forecast_spread(context: PolicyContext, observation: Observation) -> float:
-    """Recent RMS one-minute forecast error (load in replicas): noise no forecast can foresee."""
+    """Noise no forecast can foresee (load in replicas): the recent robust one-minute forecast error,
+    at least ``SPREAD_FLOOR_FRACTION`` of the load to provision for (a day-to-day profile error that a
+    step-wise series, e.g. hourly data, never shows minute to minute)."""
     last = observation.observed_minutes - 1
-    return float(context.forecast.spread[last]) if last >= 0 else 0.0
+    spread = float(context.forecast.spread[last]) if last >= 0 else 0.0
+    return max(spread, SPREAD_FLOOR_FRACTION * forecast_needed_load(context, observation))
 
 
 class GuardedPolicy:
@@ -101,6 +119,6 @@ class GuardedPolicy:
         assert self.rails is not None, "reset() first"
         decision = self.rails.apply(proposed=proposed, current=observation.current_replicas,
                                     now_s=observation.time_s, slo_breached=observation.slo_breached,
-                                    utilisation=observation.utilisation)
+                                    utilisation=observation.utilisation, ready=observation.ready_replicas)
         self.last_rails = decision.rails
         return decision.replicas

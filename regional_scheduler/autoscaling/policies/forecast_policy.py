@@ -31,7 +31,7 @@ NAME = "forecast"
 BURST_NAME = "forecast-burst"
 SLO_UTILISATION_MARGIN = 0.95
 DEFAULT_Z = 1.0
-SCALE_DOWN_TOLERANCE = 0.3
+SCALE_DOWN_TOLERANCE = 0.1  # as the HPA's tolerance: ignore a scale-down of under 10%
 
 
 def slo_utilisation(context: PolicyContext) -> float:
