@@ -108,3 +108,38 @@ def comparison(results: dict[str, dict[str, Any]], learned: str = "gnn") -> dict
         out["slo_violations_vs_least_carbon"] = (g["slo_violations"], lc["slo_violations"])
         out["jain_vs_least_carbon"] = (g["jain_fairness"], lc["jain_fairness"])
     return out
+
+
+def decision_latency(policy_name: str, *, clusters: int, traces_dir: Path, decisions: int = 2000,
+                     checkpoint: Path | None = None, seed: int = 0) -> dict[str, float]:
+    """Latency of routing decisions (filter → score → select) over a ``clusters``-cluster snapshot.
+
+    Both wall time and the thread's CPU time are reported: on a shared machine the wall-time tail is
+    the scheduler's preemptions, the CPU time is what one dedicated core would take. Torch runs on
+    one thread.
+    """
+    import numpy as np
+    import torch
+
+    from global_scheduler.routing.base import Router
+
+    torch.set_num_threads(1)
+    sim = FederationSim(FederationConfig(clusters=clusters, days=1, seed=seed), traces_dir)
+    sim._reset_state()
+    feats = sim._features(0)
+    workloads = [sim.workload_features(p, 0, 1.0) for p in sim.workloads[:200]]
+    kwargs = {"checkpoint": checkpoint} if policy_name == "gnn" and checkpoint else {}
+    router = Router(get_policy(policy_name, **kwargs))
+    for w in workloads[:50]:
+        router.decide(lambda: feats, w)
+    wall, cpu = [], []
+    for i in range(decisions):
+        w = workloads[i % len(workloads)]
+        t0, c0 = time.perf_counter(), time.thread_time()
+        router.decide(lambda: feats, w)
+        cpu.append(time.thread_time() - c0)
+        wall.append(time.perf_counter() - t0)
+    wall_ms, cpu_ms = np.array(wall) * 1000, np.array(cpu) * 1000
+    return {"clusters": clusters, "decisions": decisions,
+            "wall_ms_p50": float(np.percentile(wall_ms, 50)), "wall_ms_p99": float(np.percentile(wall_ms, 99)),
+            "cpu_ms_p50": float(np.percentile(cpu_ms, 50)), "cpu_ms_p99": float(np.percentile(cpu_ms, 99))}

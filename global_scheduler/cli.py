@@ -263,9 +263,16 @@ def register(cli: CliRoot) -> None:
         traces: Path | None = typer.Option(None, "--traces", help="Shared traces folder."),
         json_out: Path | None = typer.Option(None, "--json", help="Write the results as JSON here."),
         save_run: Path | None = typer.Option(None, "--save-run", help="Save per-interval accounting for `report energy`."),
+        latency_clusters: int = typer.Option(100, "--latency-clusters", help="Also time each policy's decisions "
+                                             "over a federation of this many clusters (0 = skip)."),
     ) -> None:
         """Compare routing policies on the held-back federation window (real carbon, prices, DLRM workloads)."""
-        from global_scheduler.bench_routing import bench_config, comparison, run_routing_bench
+        from global_scheduler.bench_routing import (
+            bench_config,
+            comparison,
+            decision_latency,
+            run_routing_bench,
+        )
         from global_scheduler.routing.registry import names
 
         names_list = [p.strip() for p in policies.split(",") if p.strip()]
@@ -300,6 +307,17 @@ def register(cli: CliRoot) -> None:
                           str(r["slo_violations"]), str(r["failures"]), str(r["deadline_misses"]),
                           f"{r['jain_fairness']:.3f}", f"{r['decision_ms_p50']:.3f}", f"{r['decision_ms_p99']:.3f}")
         console.print(table)
+        if latency_clusters:
+            lat_table = Table(title=f"decision latency over {latency_clusters} clusters (one thread)")
+            for col in ("policy", "wall p50 ms", "wall p99 ms", "CPU p50 ms", "CPU p99 ms"):
+                lat_table.add_column(col, justify="right")
+            with console.status("timing decisions…"):
+                for name in names_list:
+                    lat = decision_latency(name, clusters=latency_clusters, traces_dir=traces_dir, checkpoint=checkpoint)
+                    results[name][f"decision_latency_{latency_clusters}_clusters"] = lat
+                    lat_table.add_row(name, f"{lat['wall_ms_p50']:.3f}", f"{lat['wall_ms_p99']:.3f}",
+                                      f"{lat['cpu_ms_p50']:.3f}", f"{lat['cpu_ms_p99']:.3f}")
+            console.print(lat_table)
         summary = comparison(results)
         if summary:
             console.print(summary)
