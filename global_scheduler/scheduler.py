@@ -219,21 +219,32 @@ class GlobalScheduler:
                 self._hold(wid, now + 1.0)
             return
         outgoing: dict[str, list[tuple[str, int, bytes]]] = {}
+        todo = []
         for wid in batch:
             entry = self.store.entry(wid)
-            if entry is None:
+            if entry is None or entry.workload.state != api.WORKLOAD_STATE_PENDING:
                 continue
-            w = entry.workload
-            if w.state != api.WORKLOAD_STATE_PENDING:
-                continue
-            wf = self._workload_features(w, entry.requests, regions, now)
-            excluded = entry.excluded_clusters
-            view = feats
-            if excluded:
-                view = _without(feats, [i for i, n in enumerate(names) if n in excluded])
+            todo.append((wid, entry, self._workload_features(entry.workload, entry.requests, regions, now)))
+        # One batched forward pass for the whole batch when the policy offers it (the GNN); each decision
+        # is still filtered, refined and selected on the clusters as earlier ones in the batch left them.
+        batch_scores = None
+        score_batch = getattr(self.router.policy, "score_batch", None)
+        per_decision_batch_s = 0.0
+        if score_batch is not None and len(todo) > 1:
             t0 = time.perf_counter()
-            decision = self.router.decide(lambda view=view: view, wf)
-            elapsed = time.perf_counter() - t0
+            batch_scores = score_batch(feats, [wf for _, _, wf in todo])
+            per_decision_batch_s = (time.perf_counter() - t0) / len(todo)
+        for k, (wid, entry, wf) in enumerate(todo):
+            w = entry.workload
+            excluded = entry.excluded_clusters
+            t0 = time.perf_counter()
+            if batch_scores is not None:
+                mask = np.array([n in excluded for n in names]) if excluded else None
+                decision = self.router.decide_scored(feats, wf, batch_scores[k], mask)
+            else:
+                view = _without(feats, [i for i, n in enumerate(names) if n in excluded]) if excluded else feats
+                decision = self.router.decide(lambda view=view: view, wf)
+            elapsed = time.perf_counter() - t0 + per_decision_batch_s
             self.decision_seconds.append(elapsed)
             self._latency.observe(elapsed)
             if decision.cluster >= 0:

@@ -66,6 +66,29 @@ class GnnRoutingNet:
         out[-1] = float(defer[0])
         return out
 
+    def logits_batch(self, clusters: ClusterFeatures, workloads: list[WorkloadFeatures]) -> np.ndarray:
+        """``(B, n + 1)`` logits of many workloads over one snapshot, in one forward pass (disjoint union)."""
+        n, b = clusters.n, len(workloads)
+        rows = [np.concatenate([cluster_matrix(clusters, w), np.broadcast_to(wv := workload_vector(clusters, w),
+                                                                             (n, wv.shape[0]))], axis=1)
+                for w in workloads]
+        x = torch.from_numpy(np.concatenate(rows).astype(np.float32, copy=False))
+        wl = torch.from_numpy(np.stack([workload_vector(clusters, w) for w in workloads]))
+        edge_index, edge_attr = self.builder.edges(clusters)
+        e = edge_index.shape[1]
+        offsets = (torch.arange(b, dtype=torch.int64) * n).repeat_interleave(e)
+        ei = edge_index.repeat(1, b) + offsets
+        ea = edge_attr.repeat(b, 1)
+        batch = torch.arange(b, dtype=torch.int64).repeat_interleave(n)
+        if self.model.training:
+            self.model.eval()
+        with torch.inference_mode():
+            scores, defer = self.model(x, ei, ea, wl, batch)
+        out = np.empty((b, n + 1))
+        out[:, :n] = scores.numpy().reshape(b, n)
+        out[:, n] = defer.numpy()
+        return out
+
     def save(self, path: str | Path, meta: dict[str, Any] | None = None) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)

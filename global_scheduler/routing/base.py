@@ -95,6 +95,32 @@ class Router:
         return Decision(choice, diagnosis, t, mask)
 
 
+    def decide_scored(self, clusters: ClusterFeatures, workload: WorkloadFeatures, scores: np.ndarray,
+                      excluded: np.ndarray | None = None) -> Decision:
+        """The stages for a workload whose raw scores came from a batched score (``score_batch``): filter
+        on the *current* clusters (earlier decisions of the batch already reserved capacity), refine the
+        scores if the policy does (``refine``), select."""
+        t: dict[str, float] = {}
+
+        def _filter() -> tuple[np.ndarray, dict[str, int]]:
+            mask, diagnosis = feasible_mask(clusters, workload)
+            if excluded is not None and excluded.any():
+                if (mask & excluded).any():
+                    diagnosis["rejected this workload before"] = int((mask & excluded).sum())
+                mask = mask & ~excluded
+            return mask, diagnosis
+
+        mask, diagnosis = self._stage("filter", t, _filter)  # type: ignore[misc]
+        deferrable = can_defer(workload)
+        if not mask.any() and not deferrable:
+            return Decision(NO_CLUSTER, diagnosis, t, mask)
+        refine = getattr(self.policy, "refine", None)
+        final = self._stage("score", t, lambda: refine(clusters, workload, mask, scores) if refine else scores)
+        choice = self._stage("select", t, lambda: select(np.asarray(final), mask, deferrable))
+        assert isinstance(choice, int)
+        return Decision(choice, diagnosis, t, mask)
+
+
 def select(scores: np.ndarray, feasible: np.ndarray, deferrable: bool) -> int:
     """Highest-scoring feasible cluster, or :data:`DEFER` when deferring scores higher (ties: lowest index)."""
     n = feasible.shape[0]

@@ -44,22 +44,40 @@ class GnnRouting:
     def reset(self) -> None:
         return None
 
-    def score(self, clusters: ClusterFeatures, workload: WorkloadFeatures, feasible: np.ndarray) -> np.ndarray:
-        if self.net is not None:
-            try:
-                scores = self.net.logits(clusters, workload)
-                if not can_defer(workload):
-                    scores[-1] = -np.inf
-                if self.shield_margin is not None:
-                    safe = feasible & slo_safe(clusters, workload, self.shield_margin)
-                    if safe.any():
-                        scores[:-1] = np.where(safe, scores[:-1], -np.inf)
-                return scores
-            except Exception:  # a model error must not stop routing
-                log.exception("gnn routing: model failed; using the fallback for this decision")
+    def refine(self, clusters: ClusterFeatures, workload: WorkloadFeatures, feasible: np.ndarray,
+               scores: np.ndarray) -> np.ndarray:
+        """Defer only when allowed, and the shield (module doc), on the current state of the clusters."""
+        scores = scores.copy()
+        if not can_defer(workload):
+            scores[-1] = -np.inf
+        if self.shield_margin is not None:
+            safe = feasible & slo_safe(clusters, workload, self.shield_margin)
+            if safe.any():
+                scores[:-1] = np.where(safe, scores[:-1], -np.inf)
+        return scores
+
+    def _fallback(self, clusters: ClusterFeatures, workload: WorkloadFeatures) -> np.ndarray:
         self.fallbacks += 1
         crowded = utilisation_after(clusters, workload) > 0.85
         return with_defer(-clusters.carbon_now - 1e3 * crowded)
+
+    def score(self, clusters: ClusterFeatures, workload: WorkloadFeatures, feasible: np.ndarray) -> np.ndarray:
+        if self.net is not None:
+            try:
+                return self.refine(clusters, workload, feasible, self.net.logits(clusters, workload))
+            except Exception:  # a model error must not stop routing
+                log.exception("gnn routing: model failed; using the fallback for this decision")
+        return self._fallback(clusters, workload)
+
+    def score_batch(self, clusters: ClusterFeatures, workloads: list[WorkloadFeatures]) -> np.ndarray | None:
+        """Raw ``(B, n + 1)`` logits for many workloads in one forward pass (refined per decision), or None."""
+        if self.net is None:
+            return None
+        try:
+            return self.net.logits_batch(clusters, workloads)
+        except Exception:
+            log.exception("gnn routing: batched model call failed; deciding one by one")
+            return None
 
 
 def build(checkpoint: str | Path | None = None, shield_margin: float | None = 0.1) -> GnnRouting:

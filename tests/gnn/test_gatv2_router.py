@@ -105,3 +105,15 @@ def test_committed_checkpoint_is_small_and_loads() -> None:
     net = GnnRoutingNet.load()
     assert np.isfinite(net.logits(clusters(), workload())).all()
     assert "regions" in net.meta and "uk-south" not in net.meta["regions"]
+
+
+def test_batched_logits_match_one_by_one() -> None:
+    set_random_seed(2)
+    net = GnnRoutingNet()
+    c = clusters(seed=5)
+    ws = [workload(), WorkloadFeatures(replicas=1, milli_cpu=1000.0, memory_bytes=GIB, gpu=1.0, origin_region=-1,
+                                       latency_slo_ms=0.0, allowed_regions=None, deferrable=False,
+                                       deadline_hours=0.0, weights=(0.1, 0.1, 0.7, 0.1))]
+    batched = net.logits_batch(c, ws)
+    for i, w in enumerate(ws):
+        assert np.allclose(batched[i], net.logits(c, w), atol=1e-5)
