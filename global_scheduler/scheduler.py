@@ -263,7 +263,8 @@ class GlobalScheduler:
                     with self._slo_lock:
                         self._slo_crit.setdefault(cluster, {})[wid] = crit
                     feats.tightest_slo_utilisation[c] = min(feats.tightest_slo_utilisation[c], crit)
-                updated = self.store.update(wid, expect_attempt=w.attempt, state=api.WORKLOAD_STATE_DISPATCHED,
+                updated = self.store.update(wid, expect_attempt=w.attempt, copy=False,
+                                            state=api.WORKLOAD_STATE_DISPATCHED,
                                             cluster=cluster, region=regions[feats.region_index[c]], attempt=attempt,
                                             message=f"dispatched to {cluster} (attempt {attempt})")
                 if updated is None:

@@ -85,8 +85,10 @@ class WorkloadStore:
         """The live entry (callers hold no lock: read-only use of immutable parts only)."""
         return self._entries.get(wid)
 
-    def update(self, wid: str, *, expect_attempt: int | None = None, **changes: object) -> api.Workload | None:
-        """Apply field changes; with ``expect_attempt`` only if the attempt still matches. Returns the copy."""
+    def update(self, wid: str, *, expect_attempt: int | None = None, copy: bool = True,
+               **changes: object) -> api.Workload | None:
+        """Apply field changes; with ``expect_attempt`` only if the attempt still matches. Returns a copy (or,
+        with ``copy=False``, the stored message itself, for callers that only test for None)."""
         with self._lock:
             entry = self._entries.get(wid)
             if entry is None:
@@ -105,7 +107,7 @@ class WorkloadStore:
             w.updated_unix_s = time.time()
             entry.version += 1
             self._changed.notify_all()
-            return self._copy(w)
+            return self._copy(w) if copy else w
 
     def excluded(self, wid: str) -> set[str]:
         with self._lock:
