@@ -13,14 +13,14 @@ from meridian.cli import build_app
 def test_bench_autoscale_writes_json_with_required_keys(per_minute_csv: Path, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     result = CliRunner().invoke(build_app(), ["bench", "autoscale", "--series", str(per_minute_csv),
-                                              "--policies", "hpa,forecast", "--json", str(out)])
+                                              "--policies", "hpa,learned", "--json", str(out)])
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     entry = report["series"][per_minute_csv.stem]
-    for policy in ("hpa", "forecast"):
+    for policy in ("hpa", "learned"):
         assert set(entry["policies"][policy]) >= {"slo_violation_minutes", "p99_latency_ms", "replica_hours",
                                                   "scale_events"}
-    assert set(entry["vs_hpa"]["forecast"]) == {"violation_reduction", "replica_hours_ratio", "meets_target"}
+    assert set(entry["vs_hpa"]["learned"]) == {"violation_reduction", "replica_hours_ratio", "meets_target"}
     assert entry["train_days"] == 3 and entry["held_back_days"] == 1
 
 

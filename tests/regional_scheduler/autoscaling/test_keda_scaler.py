@@ -27,7 +27,7 @@ def online(per_minute_csv: Path) -> OnlineAutoscaler:
     autoscaler = OnlineAutoscaler(ForecastPolicy(1.0))
     series = load_request_series(per_minute_csv)
     replicas = 1
-    for rate in series.requests_per_minute[: 2 * 1440 : 10]:
+    for rate in series.requests_per_minute[: 2 * 1440 : 30]:
         replicas = autoscaler.update(ServiceSample(float(rate), replicas, 0, None, 100.0, 0.0))
     return autoscaler
 

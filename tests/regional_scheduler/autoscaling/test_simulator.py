@@ -64,12 +64,12 @@ def test_latency_model_breaches_slo_above_its_utilisation() -> None:
     assert p99_latency_s(np.array(u + 0.01), workers=4, service_time_s=0.1) > 0.5
 
 
-@settings(max_examples=25, deadline=None)
-@given(cut=st.integers(min_value=1500, max_value=4000), seed=st.integers(0, 1000))
+@settings(max_examples=10, deadline=None)
+@given(cut=st.integers(min_value=1500, max_value=3000), seed=st.integers(0, 1000))
 def test_forecaster_is_causal(cut: int, seed: int) -> None:
     """Changing the future never changes a forecast made before it."""
     rng = np.random.default_rng(seed)
-    rate = rng.gamma(2.0, 2.0, size=4320)
+    rate = rng.gamma(2.0, 2.0, size=3200)
     other = rate.copy()
     other[cut:] = rng.gamma(2.0, 5.0, size=rate.size - cut)
     a = SeasonalForecaster().fit_transform(rate)
