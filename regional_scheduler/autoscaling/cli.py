@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from pathlib import Path
 
@@ -20,7 +21,8 @@ from rich.table import Table
 
 from meridian.cli import CliRoot
 
-DEFAULT_TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+DEFAULT_TRACES = Path(os.environ.get("MERIDIAN_TRACES",
+                                    Path(__file__).resolve().parents[2].parent / "shared" / "traces"))
 log = logging.getLogger(__name__)
 
 
