@@ -41,6 +41,7 @@ def train_placement(
                                         help="share of the openb nodes per training episode (cheaper episodes)"),
     max_minutes: float = typer.Option(14.0, help="wall-time cap for the whole run; a safety net — the "
                                                  "step budgets normally end the search"),
+    merge: bool = typer.Option(False, help="keep the profiles of an existing --out that this run does not train"),
 ) -> None:
     """Imitate the best heuristic, improve it with evolution-strategies policy search, write a checkpoint."""
     from regional_scheduler.learned import algorithm
@@ -87,12 +88,25 @@ def train_placement(
                 result.log["scenario"] = "seed-50x200, seeds 1000+ (the benchmark uses 0-9)"
             nets[profile], logs[profile] = result.net, result.log
             progress.update(task, completed=budget)
-    extra = {"seed": seed, "trained_on": {"gpu": names if "gpu" in wanted else [],
-                                          "cpu": "seed-50x200 seeds 1000+" if "cpu" in wanted else ""}}
-    save_checkpoint(out, nets, extra=extra)
+    trained_on = {"gpu": names, "cpu": "seed-50x200 seeds 1000+"}
+    extra = {"seed": seed, "trained_on": {p: trained_on[p] for p in wanted}}
+    log = {"seed": seed, "wall_s": time.perf_counter() - t0, "profiles": logs, "steps": steps,
+           "cpu_steps": cpu_steps}
     log_path = out.with_suffix(".json")
-    log_path.write_text(json.dumps({"seed": seed, "wall_s": time.perf_counter() - t0, "profiles": logs,
-                                    "steps": steps, "cpu_steps": cpu_steps}, indent=1))
+    if merge and out.is_file():
+        from regional_scheduler.learned.policy import load_checkpoint
+
+        old_nets, old_extra = load_checkpoint(out)
+        old_log = json.loads(log_path.read_text()) if log_path.is_file() else {"profiles": {}}
+        for name, net in old_nets.items():
+            if name not in nets:
+                nets[name] = net
+                extra["trained_on"][name] = old_extra.get("trained_on", {}).get(name)
+                if name in old_log.get("profiles", {}):
+                    logs[name] = old_log["profiles"][name]
+        log["merged_from_previous"] = sorted(set(old_nets) - set(wanted))
+    save_checkpoint(out, nets, extra=extra)
+    log_path.write_text(json.dumps(log, indent=1))
     console.print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB) and {log_path} in "
                   f"{time.perf_counter() - t0:.0f} s")
 
