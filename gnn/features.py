@@ -92,7 +92,8 @@ class WorkloadFeatures:
 
 
 def _safe_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.divide(a, b, out=np.zeros_like(a, dtype=np.float64), where=b > 0)
+    """a / b, and 0 where b ≤ 0 (one division, no temporary 'out' array)."""
+    return np.asarray(a, dtype=np.float64) / np.where(b > 0, b, np.inf)
 
 
 def available_replicas(c: ClusterFeatures, w: WorkloadFeatures) -> np.ndarray:
