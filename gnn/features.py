@@ -176,6 +176,62 @@ def cluster_matrix(c: ClusterFeatures, w: WorkloadFeatures) -> np.ndarray:
     return np.stack(cols, axis=1).astype(np.float32)
 
 
+def cluster_matrix_batch(c: ClusterFeatures, ws: list[WorkloadFeatures]) -> np.ndarray:
+    """(B, n, len(CLUSTER_FEATURES)) float32 for many workloads at once: :func:`cluster_matrix` with the
+    workload's numbers as (B, 1) columns broadcast against the clusters (the API router's batch path)."""
+    n, b = c.n, len(ws)
+    col = lambda values: np.array(values, dtype=np.float64).reshape(b, 1)  # noqa: E731
+    reps, cpu, mem, gpu = col([w.replicas for w in ws]), col([w.milli_cpu for w in ws]), \
+        col([w.memory_bytes for w in ws]), col([w.gpu for w in ws])
+    origin = np.array([w.origin_region for w in ws], dtype=np.int64)
+    slo_raw = col([w.latency_slo_ms for w in ws])
+    slo = np.where(slo_raw > 0, slo_raw, 1e4)
+    rtt = np.where((origin >= 0)[:, None], c.rtt_ms[np.maximum(origin, 0)][:, c.region_index], 0.0)
+    # utilisation after (B, n)
+    u_cpu = 1 - _safe_div(c.free_milli_cpu[None, :] - reps * cpu, np.broadcast_to(c.alloc_milli_cpu, (b, n)))
+    u_mem = 1 - _safe_div(c.free_memory_bytes[None, :] - reps * mem, np.broadcast_to(c.alloc_memory_bytes, (b, n)))
+    u_gpu = np.where(c.alloc_gpu[None, :] > 0,
+                     1 - _safe_div(c.free_gpu[None, :] - reps * gpu, np.broadcast_to(c.alloc_gpu, (b, n))), 0.0)
+    util_after = np.clip(np.maximum(np.maximum(u_cpu, u_mem), u_gpu), 0.0, 1.0)
+    # available replicas (B, n)
+    big = 1e9
+    by_cpu = np.where(cpu > 0, np.floor(c.free_milli_cpu[None, :] / np.where(cpu > 0, cpu, 1.0)), big)
+    by_mem = np.where(mem > 0, np.floor(c.free_memory_bytes[None, :] / np.where(mem > 0, mem, 1.0)), big)
+    by_gpu = np.where(gpu > 0, np.floor((c.free_gpu[None, :] + 1e-9) / np.where(gpu > 0, gpu, 1.0)), big)
+    fits_one = (c.max_node_free_milli_cpu[None, :] >= cpu) & (c.max_node_free_memory_bytes[None, :] >= mem) & c.ready
+    fits = np.where(fits_one, np.minimum(np.minimum(by_cpu, by_mem), by_gpu), 0.0)
+    lat = rtt + c.service_ms / np.maximum(1.0 - util_after, 0.01)
+    carbon_min = np.broadcast_to(c.carbon_now, (b, n)).copy()
+    for i, w in enumerate(ws):
+        if w.deferrable:
+            carbon_min[i] = carbon_min_until_deadline(c, w)
+    lo, hi = float(c.carbon_now.min()), float(c.carbon_now.max())
+    total_cpu = float(c.alloc_milli_cpu.sum()) or 1.0
+    per_cluster = lambda v: np.broadcast_to(np.asarray(v, dtype=np.float64), (b, n))  # noqa: E731
+    cols = [
+        per_cluster(_safe_div(c.free_milli_cpu, c.alloc_milli_cpu)),
+        per_cluster(_safe_div(c.free_memory_bytes, c.alloc_memory_bytes)),
+        per_cluster(_safe_div(c.free_gpu, c.alloc_gpu)),
+        util_after,
+        per_cluster(c.fragmentation),
+        per_cluster(c.carbon_now / CARBON_SCALE_G_PER_KWH),
+        per_cluster(c.carbon_forecast / CARBON_SCALE_G_PER_KWH),
+        carbon_min / CARBON_SCALE_G_PER_KWH,
+        per_cluster((c.carbon_now - lo) / (hi - lo) if hi > lo else np.zeros(n)),
+        per_cluster(c.price_per_mwh / PRICE_SCALE_PER_MWH),
+        per_cluster(c.pue - 1.0),
+        per_cluster(np.minimum(c.queue_length / 10.0, 1.0)),
+        per_cluster(c.slo_violation_rate),
+        np.minimum(fits / np.maximum(reps, 1), 1.0),
+        np.minimum(rtt / slo, 2.0),
+        np.clip((slo - lat) / slo, -1.0, 1.0),
+        per_cluster(c.alloc_milli_cpu / total_cpu * n),
+        (c.region_index[None, :] == origin[:, None]).astype(np.float64),
+        np.clip(c.slo_ceiling()[None, :] - util_after, -1.0, 1.0),
+    ]
+    return np.stack(cols, axis=2).astype(np.float32)
+
+
 def workload_vector(c: ClusterFeatures, w: WorkloadFeatures) -> np.ndarray:
     mean_cpu = float(c.alloc_milli_cpu.mean()) or 1.0
     mean_mem = float(c.alloc_memory_bytes.mean()) or 1.0

@@ -22,6 +22,7 @@ from gnn.features import (
     ClusterFeatures,
     WorkloadFeatures,
     cluster_matrix,
+    cluster_matrix_batch,
     workload_vector,
 )
 from gnn.gatv2_router import GATv2Router
@@ -69,11 +70,13 @@ class GnnRoutingNet:
     def logits_batch(self, clusters: ClusterFeatures, workloads: list[WorkloadFeatures]) -> np.ndarray:
         """``(B, n + 1)`` logits of many workloads over one snapshot, in one forward pass (disjoint union)."""
         n, b = clusters.n, len(workloads)
-        rows = [np.concatenate([cluster_matrix(clusters, w), np.broadcast_to(wv := workload_vector(clusters, w),
-                                                                             (n, wv.shape[0]))], axis=1)
-                for w in workloads]
-        x = torch.from_numpy(np.concatenate(rows).astype(np.float32, copy=False))
-        wl = torch.from_numpy(np.stack([workload_vector(clusters, w) for w in workloads]))
+        node = cluster_matrix_batch(clusters, workloads)  # (B, n, Fc)
+        wv = np.stack([workload_vector(clusters, w) for w in workloads])  # (B, Fw)
+        x_np = np.empty((b, n, node.shape[2] + wv.shape[1]), dtype=np.float32)
+        x_np[:, :, :node.shape[2]] = node
+        x_np[:, :, node.shape[2]:] = wv[:, None, :]
+        x = torch.from_numpy(x_np.reshape(b * n, -1))
+        wl = torch.from_numpy(wv)
         edge_index, edge_attr = self.builder.edges(clusters)
         e = edge_index.shape[1]
         offsets = (torch.arange(b, dtype=torch.int64) * n).repeat_interleave(e)

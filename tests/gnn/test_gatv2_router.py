@@ -117,3 +117,20 @@ def test_batched_logits_match_one_by_one() -> None:
     batched = net.logits_batch(c, ws)
     for i, w in enumerate(ws):
         assert np.allclose(batched[i], net.logits(c, w), atol=1e-5)
+
+
+def test_batched_features_match_one_by_one() -> None:
+    from gnn.features import cluster_matrix, cluster_matrix_batch
+
+    c = clusters(seed=9)
+    c.tightest_slo_utilisation = np.linspace(0.3, 1.0, c.n)
+    ws = [workload(),
+          WorkloadFeatures(replicas=3, milli_cpu=0.0, memory_bytes=2.0 * GIB, gpu=1.0, origin_region=-1,
+                           latency_slo_ms=0.0, allowed_regions=None, deferrable=False, deadline_hours=0.0,
+                           weights=(0.1, 0.1, 0.7, 0.1)),
+          WorkloadFeatures(replicas=1, milli_cpu=90_000.0, memory_bytes=GIB, gpu=0.0, origin_region=2,
+                           latency_slo_ms=40.0, allowed_regions=None, deferrable=True, deadline_hours=3.0,
+                           weights=(0.7, 0.1, 0.1, 0.1))]
+    batched = cluster_matrix_batch(c, ws)
+    for i, w in enumerate(ws):
+        assert np.allclose(batched[i], cluster_matrix(c, w), atol=1e-6)
