@@ -8,7 +8,9 @@ itself):
   what it assigns so a batch spreads as it would one by one), records the new attempt *before*
   publishing (so the cluster's first event always matches), then publishes one pipelined batch of
   ``DispatchMessage`` per cluster. If publishing fails the attempt is rolled back and the workloads
-  requeued, so a workload is dispatched once per attempt.
+  requeued, so a workload is dispatched once per attempt. Every few seconds it freezes the garbage
+  collector's view of live objects (``gc.freeze``): full collections over a growing store were the
+  API's latency tail.
 * **summaries**: applies ``ClusterSummary`` entries from ``meridian:summary`` to the registry.
 * **events**: applies ``PlacementEvent`` entries from every ``meridian:events:{cluster}``; an event of
   an old attempt is ignored. ``FAILED`` excludes that cluster for the workload and reroutes it.
@@ -23,6 +25,7 @@ arrives. Malformed entries go to the stream's dead-letter stream and never stop 
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -195,10 +198,17 @@ class GlobalScheduler:
             self._deferred[wid] = until_s
 
     def _router_loop(self) -> None:
+        freeze_every = self.settings.routing.gc_freeze_interval_s
+        next_freeze = time.monotonic() + freeze_every
         while not self._stop.is_set():
             batch = self._take_batch()
             if batch:
                 self.route_batch(batch)
+            if freeze_every and time.monotonic() >= next_freeze:
+                # Hazard: reference cycles that became garbage before a freeze are never collected; the
+                # engine keeps workloads for its lifetime anyway and creates no cycles on the hot path.
+                gc.freeze()
+                next_freeze = time.monotonic() + freeze_every
 
     def _forget_slo(self, wid: str) -> None:
         with self._slo_lock:
