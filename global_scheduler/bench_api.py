@@ -97,6 +97,7 @@ def _client_main(port: int, rate: float, duration_s: float, index: int, start_at
                             requests=api.ResourceQuantities(cpu="500m", memory="1Gi"))
 
     sent_at: list[float] = []
+    error_codes: dict[str, int] = {}
 
     def done(fut: Any, t0: float) -> None:
         nonlocal errors
@@ -107,9 +108,11 @@ def _client_main(port: int, rate: float, duration_s: float, index: int, start_at
                 latencies.append(dt)
                 sent_at.append(t0 - t_start)
                 ids.append(w.id)
-        except grpc.RpcError:
+        except grpc.RpcError as exc:
             with lock:
                 errors += 1
+                code = exc.code().name if exc.code() else "UNKNOWN"
+                error_codes[code] = error_codes.get(code, 0) + 1
         inflight.release()
 
     while time.time() < start_at:
@@ -133,7 +136,8 @@ def _client_main(port: int, rate: float, duration_s: float, index: int, start_at
     for _ in range(512):
         inflight.acquire()
     channel.close()
-    out_q.put({"latencies": latencies, "sent_at": sent_at, "ids": ids, "errors": errors, "sent": n,
+    out_q.put({"latencies": latencies, "sent_at": sent_at, "ids": ids, "errors": errors, "error_codes": error_codes,
+               "sent": n,
                "elapsed": time.perf_counter() - t_start})
 
 
@@ -213,4 +217,8 @@ def run_api_bench(*, redis_url: str, rate: float = 1200.0, duration_s: float = 1
     res.__dict__.update({"server_" + k: v for k, v in stats.items()})
     res.__dict__["cpu_count"] = os.cpu_count()
     res.__dict__["latency_ms_p99_per_second"] = per_second_p99
+    codes: Counter[str] = Counter()
+    for r in results:
+        codes.update(r["error_codes"])
+    res.__dict__["error_codes"] = dict(codes)
     return res
