@@ -240,3 +240,24 @@ def test_failback_of_deferrable_work_that_has_not_started(federation) -> None:
                      == "north-1" and x.state == api.WORKLOAD_STATE_SCHEDULED and x, 30, "failback to north-1")
     assert moved.attempt == 2
     wait_for(lambda: w.id not in fed.workers["central-1"].held, what="central-1 to release the job")
+
+
+def test_tls(federation, tmp_path) -> None:
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    fed = federation(tls=(str(cert), str(key)))
+    from protos import global_api_pb2_grpc as api_grpc
+
+    secure = api_grpc.GlobalSchedulerStub(grpc.secure_channel(fed.target, grpc.ssl_channel_credentials(cert.read_bytes())))
+    clusters = secure.ListClusters(api.ListClustersRequest(), metadata=AUTH, timeout=10).clusters
+    assert {c.name for c in clusters} == set(fed.workers)
+    with pytest.raises(grpc.RpcError) as err:
+        fed.stub().ListClusters(api.ListClustersRequest(), metadata=AUTH, timeout=5)  # plaintext to a TLS port
+    assert err.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
