@@ -336,7 +336,7 @@ def register(cli: CliRoot) -> None:
     @bench.command("api")
     def bench_api(
         duration: float = typer.Option(10.0, "--duration", help="Seconds of sustained load (60 for the target)."),
-        rate: float = typer.Option(1200.0, "--rate", help="Offered SubmitWorkload calls per second (all clients)."),
+        rate: float = typer.Option(1000.0, "--rate", help="Offered SubmitWorkload calls per second (all clients)."),
         clients: int = typer.Option(2, "--clients", min=1, help="Client processes."),
         clusters: int = typer.Option(10, "--clusters", min=1),
         policy: str = typer.Option("gnn", "--policy", help="Routing policy the server uses."),
