@@ -293,10 +293,13 @@ def register(cli: CliRoot) -> None:
             def on_interval(name: str) -> Any:
                 hooks[name] = FederationRunHook(name)
                 return hooks[name]
-        with console.status("routing…") as status:
-            results = run_routing_bench(cfg, traces_dir=traces_dir, policies=names_list, carbon_dir=carbon,
-                                        prices_file=prices, checkpoint=checkpoint, on_interval=on_interval,
-                                        progress=lambda name: status.update(f"routing with {name}…"))
+        try:
+            with console.status("routing…") as status:
+                results = run_routing_bench(cfg, traces_dir=traces_dir, policies=names_list, carbon_dir=carbon,
+                                            prices_file=prices, checkpoint=checkpoint, on_interval=on_interval,
+                                            progress=lambda name: status.update(f"routing with {name}…"))
+        except KeyError as exc:  # a region whose zone or price area the given series lack, or a window outside them
+            raise typer.BadParameter(str(exc.args[0] if exc.args else exc), param_hint="--carbon/--prices/--start") from None
         table = Table(title=f"routing: {cfg.clusters} clusters in {len(cfg.regions)} regions, {cfg.days} days from "
                       f"{cfg.start}, {next(iter(results.values()))['workloads']} workloads")
         for col in ("policy", "energy kWh", "carbon kg", "cost EUR", "SLO viol.", "failures", "deadline miss",
