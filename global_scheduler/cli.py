@@ -241,12 +241,27 @@ def register(cli: CliRoot) -> None:
 
             start_http_server(metrics_port)
         engine = GlobalScheduler(settings=settings, bus=open_bus(settings.bus.url, key_prefix=settings.bus.key_prefix))
+        stop_accounting: threading.Event | None = None
+        if hooks:
+            # Fill the ledger that EnergyReports serves: energy of each interval between two summaries of a
+            # cluster, once per summary (restart-safe; global_scheduler/accounting/consumer.py).
+            import socket
+
+            from global_scheduler.accounting.consumer import SummaryAccountant, start_accounting
+
+            accountant = SummaryAccountant(
+                bus=open_bus(settings.bus.url, key_prefix=settings.bus.key_prefix), ledger=ledger,
+                consumer=f"accounting-{socket.gethostname()}",
+                price_per_mwh=lambda region, t_s: engine.registry.prices.get(region, 0.0))
+            _, stop_accounting = start_accounting(accountant)
         running = build_server(engine, extra_services=hooks)
         console.print(f"global scheduler listening on port {running.port} (policy {settings.routing.policy})")
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         stop.wait()
+        if stop_accounting is not None:
+            stop_accounting.set()
         running.stop()
 
     @bench.command("routing")

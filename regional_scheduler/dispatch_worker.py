@@ -134,7 +134,17 @@ class DispatchWorker:
             for i in range(max(msg.replicas, 0)):
                 pod = Pod(name=f"{msg.name}-{msg.workload_id[:8]}-{i}", requests=requests, priority=msg.priority,
                           tenant=msg.tenant or "default")
-                decision = self.scheduler.schedule(self.state, pod)
+                try:
+                    decision = self.scheduler.schedule(self.state, pod)
+                except Exception as exc:  # a policy bug must fail this workload, not wedge it as DISPATCHED
+                    for p, pl in held.pods:
+                        self.state.release(p, pl)
+                    self.failed_total += 1
+                    log.exception("dispatch worker %s: scheduling %s failed", self.cluster, pod.name)
+                    obs.PLACEMENT_FAILURES.labels(component="regional-dispatch", cluster=self.cluster,
+                                                  reason="scheduler error").inc()
+                    return [self._event(msg.workload_id, msg.attempt, dpb.PLACEMENT_PHASE_FAILED,
+                                        f"replica {i + 1}/{msg.replicas}: scheduler error: {exc}")]
                 if decision.placement is None:
                     for p, pl in held.pods:
                         self.state.release(p, pl)

@@ -3,6 +3,7 @@ release, malformed entries dead-lettered, summaries."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from meridian.bus import SUMMARY_STREAM, dead_letter_stream, dispatch_stream, events_stream, open_bus
@@ -10,6 +11,7 @@ from meridian.model import GIB, Node, Resources
 from protos import dispatch_pb2 as dpb
 from protos import telemetry_pb2 as tpb
 from regional_scheduler.dispatch_worker import DispatchWorker, DispatchWorkerSettings, simulated_cluster
+from regional_scheduler.policies.base import Scores
 
 
 @pytest.fixture
@@ -90,3 +92,29 @@ def test_summary_reflects_placements(worker: DispatchWorker) -> None:
     s = tpb.ClusterSummary.FromString(latest.payload)
     assert (s.cluster, s.region, s.nodes_total) == ("c1", "eu-north", 2)
     assert s.allocatable.milli_cpu == 32000 and s.free.milli_cpu == 24000 and s.max_node_free_milli_cpu == 16000
+
+
+
+class _BrokenPolicy:
+    """Scores the first replica, then raises: a model that fails mid-workload."""
+
+    name = "broken"
+
+    def score(self, state: object, pod: object, nodes: np.ndarray) -> Scores:
+        if pod.name.endswith("-1"):  # type: ignore[attr-defined]
+            raise RuntimeError("model exploded")
+        return Scores(np.zeros(nodes.size))
+
+
+def test_a_scheduler_error_fails_the_workload_and_frees_its_replicas(redis_url: str, key_prefix: str) -> None:
+    """A broken policy must produce a FAILED event (so the global tier reroutes), never a wedged workload."""
+    nodes = [Node(name=f"n{i}", capacity=Resources(milli_cpu=8000, memory_bytes=16 * GIB)) for i in range(2)]
+    w = DispatchWorker(bus=open_bus(redis_url, key_prefix=key_prefix), state=simulated_cluster(nodes),
+                       settings=DispatchWorkerSettings(cluster="c1"))
+    w.scheduler.policy = _BrokenPolicy()
+    events = w.place(dpb.PlaceWorkload(workload_id="w1", attempt=1, name="web", replicas=2,
+                                       requests=dpb.ReplicaRequests(milli_cpu=1000)))
+    decoded = [dpb.PlacementEvent.FromString(e) for e in events]
+    assert [e.phase for e in decoded] == [dpb.PLACEMENT_PHASE_FAILED]
+    assert "model exploded" in decoded[0].reason
+    assert int(w.state.req_milli_cpu.sum()) == 0  # the first replica was released again
