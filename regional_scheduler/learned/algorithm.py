@@ -18,6 +18,7 @@ Everything is deterministic for a seed (:func:`set_random_seed`; one torch threa
 
 from __future__ import annotations
 
+import copy
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +30,7 @@ import torch
 
 from meridian.model import Node, Pod
 from regional_scheduler.learned import imitation
+from regional_scheduler.learned.augment import augmented_pod_list
 from regional_scheduler.learned.env import Episode, PlacementEnv, openb_episode, seed_episode
 from regional_scheduler.learned.policy import NumpyPlacementNet, PlacementNet
 from regional_scheduler.learned.reward import RewardConfig
@@ -69,10 +71,19 @@ EpisodeFactory = Callable[[int], Episode]
 
 
 def openb_episodes(pod_lists: Sequence[Sequence[Pod]], nodes: Sequence[Node], *,
-                   node_fraction: float = 0.25) -> EpisodeFactory:
-    """Episode ``i``: pod list ``i mod L`` on a random ``node_fraction`` of the nodes, seeded by ``i``."""
+                   node_fraction: float = 0.25, augment_p: float = 0.0,
+                   augment_share: tuple[float, float] = (0.05, 0.35)) -> EpisodeFactory:
+    """Episode ``i``: pod list ``i mod L`` on a random ``node_fraction`` of the nodes, seeded by ``i``.
+
+    With ``augment_p`` > 0, episode ``i``'s pod list gets, with that probability, GPU-model
+    constraints on a random share (uniform in ``augment_share``) of its GPU pods, drawn from the node
+    list's models (:mod:`~regional_scheduler.learned.augment`); the target workload is the
+    augmented list, as a ``gpuspec`` list is its own target workload."""
     def make(i: int) -> Episode:
-        return openb_episode(pod_lists[i % len(pod_lists)], nodes, 10_000 + i, node_fraction=node_fraction)
+        pods = pod_lists[i % len(pod_lists)]
+        if augment_p > 0:
+            pods, _ = augmented_pod_list(pods, nodes, i, p_augment=augment_p, share_range=augment_share)
+        return openb_episode(pods, nodes, 10_000 + i, node_fraction=node_fraction)
     return make
 
 
@@ -173,25 +184,34 @@ def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfi
                   bc_every: int, bc_epochs: int, es_steps: int, es_max_seconds: float, hidden: int = 16,
                   bc_parts: Sequence[str] = ("all",), bc_learning_rates: Sequence[float] = (3e-3,),
                   pairs: int = 6, sigma: float = 0.05, learning_rate: float = 0.02, episodes_per_eval: int = 1,
-                  validation_episodes: int = 0, seed: int = 0, on_progress: Callable[[str, int, int], None] | None = None) -> ProfileResult:
+                  validation_episodes: int = 0, seed: int = 0, on_progress: Callable[[str, int, int], None] | None = None,
+                  init: PlacementNet | None = None) -> ProfileResult:
     """Imitation of ``teacher`` on ``bc_episodes`` episodes, then ES until ``es_steps`` environment
     steps or ``es_max_seconds`` of wall time, whichever comes first.
 
     ``bc_parts``: the imitation stages in order, e.g. ``("head", "mlp")`` — a linear imitation
     first, then the MLP on the residual (see :func:`imitation.behaviour_cloning`); ``hidden`` 16
     keeps a decision's forward pass ≈ 0.1 ms on 1,213 nodes.
+
+    ``init``: start the search from this network instead of imitation (fine-tuning an earlier
+    checkpoint's profile); the validation then compares the search result with ``init``.
     """
     set_random_seed(seed)
     t0 = time.perf_counter()
-    # Imitation episodes come from the far end of the factory's index range, apart from ES's.
-    buffer = imitation.collect([episodes(1_000_000 + i) for i in range(bc_episodes)], teacher=teacher,
-                               every=bc_every, seed=seed)
-    net = PlacementNet(hidden=hidden)
     bc_log: list[dict[str, Any]] = []
-    for part, lr in zip(bc_parts, bc_learning_rates, strict=True):
-        for record in imitation.behaviour_cloning(net, buffer, epochs=bc_epochs, part=part, learning_rate=lr,
-                                                  seed=seed):
-            bc_log.append({**record, "part": part})
+    n_samples = 0
+    if init is not None:
+        net = copy.deepcopy(init)
+    else:
+        # Imitation episodes come from the far end of the factory's index range, apart from ES's.
+        buffer = imitation.collect([episodes(1_000_000 + i) for i in range(bc_episodes)], teacher=teacher,
+                                   every=bc_every, seed=seed)
+        n_samples = len(buffer)
+        net = PlacementNet(hidden=hidden)
+        for part, lr in zip(bc_parts, bc_learning_rates, strict=True):
+            for record in imitation.behaviour_cloning(net, buffer, epochs=bc_epochs, part=part, learning_rate=lr,
+                                                      seed=seed):
+                bc_log.append({**record, "part": part})
     bc_s = time.perf_counter() - t0
     es = EvolutionStrategy(net, episodes, reward=reward, pairs=pairs, sigma=sigma, learning_rate=learning_rate,
                            episodes_per_eval=episodes_per_eval, seed=seed)
@@ -214,7 +234,7 @@ def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfi
     kept = "search" if scores["search"] >= scores["imitation"] else "imitation"
     return ProfileResult(net, {
         "teacher": teacher,
-        "imitation": {"samples": len(buffer), "epochs": bc_log, "wall_s": bc_s},
+        "imitation": {"samples": n_samples, "epochs": bc_log, "wall_s": bc_s, "skipped_for_init": init is not None},
         "search": {"generations": es.log.generations, "steps": es.steps, "wall_s": time.perf_counter() - t1,
                    "pairs": pairs, "sigma": sigma, "learning_rate": learning_rate,
                    "episodes_per_eval": episodes_per_eval},

@@ -42,6 +42,12 @@ def train_placement(
     max_minutes: float = typer.Option(14.0, help="wall-time cap for the whole run; a safety net — the "
                                                  "step budgets normally end the search"),
     merge: bool = typer.Option(False, help="keep the profiles of an existing --out that this run does not train"),
+    init: Path | None = typer.Option(None, help="start the GPU profile's policy search from this checkpoint's gpu "
+                                                "profile (an older feature layout is carried over with zero weight "
+                                                "on the new features) instead of imitation"),
+    augment: float = typer.Option(0.8, min=0.0, max=1.0,
+                                  help="share of GPU-profile training episodes whose pod list gets random "
+                                       "GPU-model constraints (regional_scheduler/learned/augment.py); 0 = off"),
 ) -> None:
     """Imitate the best heuristic, improve it with evolution-strategies policy search, write a checkpoint."""
     from regional_scheduler.learned import algorithm
@@ -72,14 +78,29 @@ def train_placement(
                     lists = [openb.load_pods(_pod_list_path(n)) for n in names]
                 except (OSError, ValueError) as exc:
                     raise typer.BadParameter(str(exc), param_hint="--pods") from exc
-                episodes = algorithm.openb_episodes(lists, openb.load_nodes(), node_fraction=node_fraction)
+                init_net = None
+                if init is not None:
+                    from regional_scheduler.learned.policy import (
+                        CheckpointError,
+                        load_checkpoint,
+                        upgrade_profiles,
+                    )
+
+                    try:
+                        init_net = load_checkpoint(init)[0]["gpu"]
+                    except CheckpointError:
+                        init_net = upgrade_profiles(init)[0]["gpu"]
+                episodes = algorithm.openb_episodes(lists, openb.load_nodes(), node_fraction=node_fraction,
+                                                   augment_p=augment)
                 result = algorithm.train_profile(
                     episodes=episodes, teacher="fgd", reward=GPU_REWARD, bc_episodes=6, bc_every=2, bc_epochs=6,
                     bc_parts=("head", "mlp"), bc_learning_rates=(1e-2, 3e-3), es_steps=budget,
                     es_max_seconds=share, pairs=8, sigma=0.2, learning_rate=0.05, validation_episodes=4, seed=seed,
-                    on_progress=report)
+                    on_progress=report, init=init_net)
                 result.log["pod_lists"] = names
                 result.log["node_fraction"] = node_fraction
+                result.log["init"] = str(init) if init is not None else None
+                result.log["augment"] = {"p": augment, "share_of_gpu_pods": [0.05, 0.35]}
             else:
                 result = algorithm.train_profile(
                     episodes=algorithm.seed_episodes(), teacher="best-fit", reward=CPU_REWARD, bc_episodes=10,
@@ -94,9 +115,14 @@ def train_placement(
            "cpu_steps": cpu_steps}
     log_path = out.with_suffix(".json")
     if merge and out.is_file():
-        from regional_scheduler.learned.policy import load_checkpoint
+        from regional_scheduler.learned.policy import CheckpointError, load_checkpoint, upgrade_profiles
 
-        old_nets, old_extra = load_checkpoint(out)
+        try:
+            old_nets, old_extra = load_checkpoint(out)
+        except CheckpointError:
+            # An older feature layout: carry its profiles over with zero weight on the new features.
+            old_nets, old_extra, old_version = upgrade_profiles(out)
+            log["upgraded_from_feature_layout"] = old_version
         old_log = json.loads(log_path.read_text()) if log_path.is_file() else {"profiles": {}}
         for name, net in old_nets.items():
             if name not in nets:

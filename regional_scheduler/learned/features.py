@@ -12,7 +12,13 @@ serves a 50-node 8-CPU cluster and the 1,213-node openb cluster:
 - the baselines' own scores: best-fit leftover, dot-product alignment, FGD's fragmentation delta
   (cached per pod shape in :class:`~regional_scheduler.policies.fgd.FgdPolicy`), the node's
   fragmentation before, least-allocated and balanced-allocation scores;
-- node power and grid carbon intensity when telemetry has them (NaN → 0 plus a presence flag).
+- node power and grid carbon intensity when telemetry has them (NaN → 0 plus a presence flag);
+- GPU-model scarcity (layout version 2): ``model_pressure``, the share of the node's GPU model's
+  capacity that the target workload's *model-constrained* GPU pods need (their GPU request spread
+  evenly over the models each allows, the workload scaled to the cluster's GPU capacity, capped at
+  2), and ``model_pressure_free_pod``, the same value when the pod being placed has no model
+  constraint (0 otherwise) — the cost of using a node that constrained pods depend on for a pod
+  that could run anywhere, readable by the linear head without the MLP.
 
 Pod features describe the request and carry two cluster-wide figures (CPU and GPU allocation);
 the network adds the pooled (mean, max) node features over the candidates as the rest of the
@@ -38,7 +44,7 @@ from regional_scheduler.policies.resource_allocation import (
     least_allocated,
 )
 
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2
 
 NODE_FEATURES: tuple[str, ...] = (
     "free_cpu_frac", "free_mem_frac", "free_gpu_frac",
@@ -50,6 +56,7 @@ NODE_FEATURES: tuple[str, ...] = (
     "least_allocated", "balanced",
     "node_unused", "becomes_cpu_full", "becomes_mem_full", "becomes_gpu_full",
     "power_kw", "power_present", "carbon_kg_per_kwh", "carbon_present",
+    "model_pressure", "model_pressure_free_pod",
 )
 POD_FEATURES: tuple[str, ...] = (
     "cpu_abs", "mem_abs", "gpu_total_abs", "gpu_share", "is_cpu_only", "is_shared_gpu", "is_whole_gpu",
@@ -65,6 +72,32 @@ N_POD = len(POD_FEATURES)
 IDX = {name: i for i, name in enumerate(NODE_FEATURES)}
 
 _MAX_SPEC_MEMORY_BYTES = 1024 * GIB
+MAX_MODEL_PRESSURE = 2.0
+
+
+def model_pressure(state: ClusterState, workload: Sequence[Pod]) -> np.ndarray:
+    """Per GPU model of ``state`` (last entry: nodes without GPUs, always 0): the share of that
+    model's GPU capacity which the workload's GPU-model-constrained pods need, each pod's GPU request
+    spread evenly over the models it allows, the workload scaled to the cluster's GPU capacity."""
+    n_models = len(state.gpu_models)
+    out = np.zeros(n_models + 1)
+    cap = np.zeros(n_models + 1)
+    has = state.gpu_model_id >= 0
+    np.add.at(cap, state.gpu_model_id[has], state.gpu_count[has].astype(float) * MILLI_GPU_PER_DEVICE)
+    total_demand = float(sum(p.requests.gpu_milli_total for p in workload))
+    if total_demand <= 0 or cap.sum() <= 0:
+        return out
+    index = {m: i for i, m in enumerate(state.gpu_models)}
+    demand = np.zeros(n_models + 1)
+    for p in workload:
+        if not p.allowed_gpu_models or p.requests.gpu_milli_total <= 0:
+            continue
+        ids = sorted({index[m] for m in p.allowed_gpu_models if m in index and cap[index[m]] > 0})
+        if ids:
+            demand[ids] += p.requests.gpu_milli_total / len(ids)
+    scale = cap.sum() / total_demand
+    out[:n_models] = np.where(cap[:n_models] > 0, demand[:n_models] * scale / np.maximum(cap[:n_models], 1), 0.0)
+    return np.minimum(out, MAX_MODEL_PRESSURE)
 
 
 def _frac(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -76,9 +109,11 @@ class FeatureBuilder:
 
     def __init__(self) -> None:
         self.fgd = FgdPolicy()
+        self._pressure: np.ndarray | None = None
 
     def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
         self.fgd.prepare(state, workload)
+        self._pressure = model_pressure(state, workload)
 
     def node_features(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(k, N_NODE)`` features of candidate ``nodes`` and FGD's device choice per node."""
@@ -133,6 +168,12 @@ class FeatureBuilder:
         out[:, base + 11] = power_ok
         out[:, base + 12] = np.where(carbon_ok, carbon, 0.0) / 1000.0
         out[:, base + 13] = carbon_ok
+        pressure = self._pressure
+        if pressure is None or pressure.size != len(state.gpu_models) + 1:
+            out[:, base + 14] = 0.0  # unprepared (live) scheduler: no target workload to read
+        else:
+            out[:, base + 14] = pressure[state.gpu_model_id[nodes]]
+        out[:, base + 15] = 0.0 if pod.allowed_gpu_models else out[:, base + 14]
         return out, devices
 
     @staticmethod

@@ -174,6 +174,55 @@ def load_checkpoint(path: Path | str) -> tuple[dict[str, PlacementNet], dict[str
     return nets, payload.get("extra", {})
 
 
+def upgrade_profiles(path: Path | str) -> tuple[dict[str, PlacementNet], dict[str, Any], int]:
+    """The profiles of a checkpoint written for an *older* feature layout, carried over to this
+    one: every node feature the old layout lacks gets zero weight (in the heuristic head and in the
+    MLP's node and pooled-context inputs) and identity normalisation, so the upgraded network gives
+    the old one's scores wherever it is used. Only for ``meridian train placement --merge`` (keeping
+    a profile this run does not retrain); serving still refuses the old file. Requires the same pod
+    features and the old node features as a subset of the new ones. Returns the networks, the
+    checkpoint's ``extra`` and the old layout's version."""
+    path = Path(path)
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises several types for corrupt or unsafe files
+        raise CheckpointError(f"cannot read checkpoint {path}: {exc}") from exc
+    layout = payload.get("feature_layout") if isinstance(payload, dict) else None
+    if not isinstance(layout, dict) or payload.get("version") != CHECKPOINT_VERSION:
+        raise CheckpointError(f"{path} is not a Meridian placement checkpoint of version {CHECKPOINT_VERSION}")
+    old_node, new_node = list(layout.get("node", [])), list(FEATURE_LAYOUT["node"])  # type: ignore[call-overload]
+    if list(layout.get("pod", [])) != list(FEATURE_LAYOUT["pod"]) or not set(old_node) <= set(new_node):  # type: ignore[call-overload]
+        raise CheckpointError(f"checkpoint {path}'s feature layout cannot be carried over to version "
+                              f"{FEATURE_LAYOUT['version']}")
+    where = torch.tensor([new_node.index(f) for f in old_node])
+    nets: dict[str, PlacementNet] = {}
+    for name, entry in payload["profiles"].items():
+        old = entry["state_dict"]
+        hp = dict(entry["hyper_parameters"])
+        n_old, n_pod = hp["n_node"], hp["n_pod"]
+        net = PlacementNet(hidden=hp["hidden"])
+        sd = {k: v.clone() for k, v in net.state_dict().items()}
+        sd["feature_mean"].zero_()
+        sd["feature_std"].fill_(1.0)
+        sd["feature_mean"][where] = old["feature_mean"]
+        sd["feature_std"][where] = old["feature_std"]
+        sd["heuristic_head.weight"].zero_()
+        sd["heuristic_head.weight"][:, where] = old["heuristic_head.weight"]
+        w0_old, w0 = old["mlp.0.weight"], sd["mlp.0.weight"]
+        w0.zero_()
+        n, p = net.n_node, net.n_pod
+        w0[:, where] = w0_old[:, :n_old]
+        w0[:, n:n + p] = w0_old[:, n_old:n_old + n_pod]
+        w0[:, n + p + where] = w0_old[:, n_old + n_pod:2 * n_old + n_pod]
+        w0[:, 2 * n + p + where] = w0_old[:, 2 * n_old + n_pod:]
+        for key in ("mlp.0.bias", "mlp.2.weight", "mlp.2.bias", "mlp.4.weight", "mlp.4.bias", "mlp_scale"):
+            sd[key] = old[key].clone()
+        net.load_state_dict(sd)
+        net.eval()
+        nets[name] = net
+    return nets, payload.get("extra", {}), int(layout.get("version", 0))
+
+
 class NumpyPlacementNet:
     """The same forward pass in numpy, exported from a :class:`PlacementNet` for the serving hot path.
 

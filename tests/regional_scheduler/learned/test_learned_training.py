@@ -100,3 +100,15 @@ def test_layered_weights_must_sum_to_one(weights: dict[str, float], ok: bool) ->
 )
 def test_utilisation_band(util: float, expected: float) -> None:
     assert band(util) == pytest.approx(expected)
+
+
+def test_search_can_start_from_an_earlier_network(trained, episodes) -> None:
+    # ``init`` skips imitation and starts the search (and the validation's reference) from that net.
+    result = train_profile(episodes=episodes, teacher="best-fit", reward=CPU_REWARD, bc_episodes=2, bc_every=1,
+                           bc_epochs=3, es_steps=400, es_max_seconds=60, pairs=2, sigma=1.0, learning_rate=0.3,
+                           validation_episodes=1, seed=3, init=trained.net)
+    assert result.log["imitation"]["skipped_for_init"] and not result.log["imitation"]["epochs"]
+    assert result.log["search"]["generations"]
+    if result.log["validation"]["kept"] == "imitation":  # the start was kept: it is the init network
+        np.testing.assert_allclose(result.log["search_vector"], trained.log["search_vector"], rtol=1e-6)
+    np.testing.assert_allclose(trained.net.search_vector(), trained.log["search_vector"], rtol=1e-6)  # not mutated

@@ -1,0 +1,94 @@
+"""Training-data augmentation: GPU-model constraints added to pod lists that have none.
+
+The shared ``gpuspecXX`` openb lists are ``default`` with a ``gpu_spec`` (allowed GPU models) added
+to about XX % of the GPU tasks (``shared/traces/README.md`` §1b). Our training lists (``cpu*``,
+``gpushare*``) have no constrained pod at all, so a policy trained on them never sees the cost of
+filling a scarce GPU model with pods that could have run anywhere. :func:`constrain_gpu_models`
+builds the same *kind* of list from a training list: a random share of the GPU pods gets an
+allowed-model set.
+
+The model sets are drawn from the **node list** (never from the held-out lists): one model, with
+probability ``single_model_p``, or 2–4 models otherwise, without replacement within a set. Each
+model's draw probability is its GPU capacity in the cluster times a per-episode random factor
+``exp(z)``, ``z ~ N(0, 1)`` per model: demand for a model is then not simply proportional to its
+supply, so some models become scarce for the constrained pods and others do not, differently in
+every episode. Only models
+with a node that can hold the pod (enough GPUs per node) are drawn, so every constrained pod stays
+placeable on an empty cluster. The form — mostly single models, some multi-model sets — follows
+what ``gpu_spec`` values look like; no share or weight was tuned on the held-out lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from meridian.model import Node, Pod
+
+
+def model_capacity(nodes: Sequence[Node]) -> dict[str, tuple[int, int]]:
+    """GPU model → (total GPUs, largest GPU count on one node)."""
+    out: dict[str, tuple[int, int]] = {}
+    for node in nodes:
+        gpus = node.allocatable_resources.gpu
+        if gpus and node.gpu_model:
+            total, largest = out.get(node.gpu_model, (0, 0))
+            out[node.gpu_model] = (total + gpus, max(largest, gpus))
+    return out
+
+
+def draw_model_set(rng: np.random.Generator, capacity: dict[str, tuple[int, int]], gpus: int, *,
+                   preference: dict[str, float] | None = None, single_model_p: float = 0.75,
+                   max_models: int = 4) -> tuple[str, ...]:
+    """One allowed-model set for a pod asking for ``gpus`` GPUs per node (≥ 1); models are drawn by
+    ``preference`` (default: their GPU capacity)."""
+    models = sorted(m for m, (_, largest) in capacity.items() if largest >= max(gpus, 1))
+    if not models:
+        return ()
+    if preference is None:
+        preference = {m: float(capacity[m][0]) for m in capacity}
+    weight = np.array([preference[m] for m in models], dtype=float)
+    weight /= weight.sum()
+    size = 1 if rng.random() < single_model_p else int(rng.integers(2, max_models + 1))
+    size = min(size, len(models))
+    picked = rng.choice(len(models), size=size, replace=False, p=weight)
+    return tuple(models[i] for i in sorted(picked))
+
+
+def constrain_gpu_models(pods: Sequence[Pod], nodes: Sequence[Node], *, share: float,
+                         rng: np.random.Generator, preference: dict[str, float] | None = None) -> list[Pod]:
+    """A copy of ``pods`` where a random ``share`` of the GPU pods (whole or shared) gets an allowed
+    GPU-model set (:func:`draw_model_set`); CPU-only pods and pods that already have one are left
+    as they are."""
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"share must be in [0, 1], got {share}")
+    capacity = model_capacity(nodes)
+    out = list(pods)
+    gpu_idx = [i for i, p in enumerate(out) if p.requests.gpu_milli_total > 0 and not p.allowed_gpu_models]
+    n = round(share * len(gpu_idx))
+    if n == 0 or not capacity:
+        return out
+    for i in sorted(rng.choice(len(gpu_idx), size=n, replace=False)):
+        pod = out[gpu_idx[i]]
+        models = draw_model_set(rng, capacity, pod.requests.gpu, preference=preference)
+        if models:
+            out[gpu_idx[i]] = pod.model_copy(update={"allowed_gpu_models": models})
+    return out
+
+
+def augmented_pod_list(pods: Sequence[Pod], nodes: Sequence[Node], seed: int, *, p_augment: float = 0.8,
+                       share_range: tuple[float, float] = (0.05, 0.35)) -> tuple[list[Pod], float]:
+    """For training episode ``seed``: with probability ``p_augment``, ``pods`` with a uniform random
+    share in ``share_range`` of the GPU pods constrained; otherwise ``pods`` unchanged. Returns the
+    list and the share used (0 when unchanged). Deterministic for a seed."""
+    rng = np.random.default_rng([seed, 0xA06])
+    if rng.random() >= p_augment:
+        return list(pods), 0.0
+    share = float(rng.uniform(*share_range))
+    capacity = model_capacity(nodes)
+    models = sorted(capacity)
+    supply = np.array([capacity[m][0] for m in models], dtype=float)
+    weight = supply * np.exp(rng.standard_normal(len(models)))
+    preference = dict(zip(models, weight.tolist(), strict=True))
+    return constrain_gpu_models(pods, nodes, share=share, rng=rng, preference=preference), share
