@@ -71,6 +71,15 @@ def _as_json(w: Any) -> dict[str, Any]:
     return MessageToDict(w, preserving_proto_field_name=True)
 
 
+def _print_workloads(items: list[Any], output: str, *, as_list: bool = False) -> None:
+    """``-o json`` prints the message (or a list of them), otherwise a table."""
+    if output == "json":
+        payload: Any = [_as_json(w) for w in items] if as_list else _as_json(items[0])
+        typer.echo(json.dumps(payload, indent=2))
+    else:
+        console.print(_workload_table(items))
+
+
 def register(cli: CliRoot) -> None:
     """Add this component's commands to the ``meridian`` CLI."""
     app, bench, train = cli.app, cli.bench, cli.train
@@ -93,10 +102,7 @@ def register(cli: CliRoot) -> None:
                 w = client.submit(spec, idempotency_key or key)
             except Exception as exc:
                 _rpc_error(exc)
-        if output == "json":
-            typer.echo(json.dumps(_as_json(w), indent=2))
-        else:
-            console.print(_workload_table([w]))
+        _print_workloads([w], output)
 
     @app.command("get")
     def get(workload_id: str = typer.Argument(..., metavar="ID"),
@@ -108,10 +114,7 @@ def register(cli: CliRoot) -> None:
                 w = client.get(workload_id)
             except Exception as exc:
                 _rpc_error(exc)
-        if output == "json":
-            typer.echo(json.dumps(_as_json(w), indent=2))
-        else:
-            console.print(_workload_table([w]))
+        _print_workloads([w], output)
 
     @app.command("ls")
     def ls(tenant: str = typer.Option("", help="Only this tenant."),
@@ -138,10 +141,7 @@ def register(cli: CliRoot) -> None:
                         break
             except Exception as exc:
                 _rpc_error(exc)
-        if output == "json":
-            typer.echo(json.dumps([_as_json(w) for w in items], indent=2))
-        else:
-            console.print(_workload_table(items))
+        _print_workloads(items, output, as_list=True)
 
     @app.command("watch")
     def watch(workload_id: str = typer.Argument(..., metavar="ID"),
@@ -174,10 +174,7 @@ def register(cli: CliRoot) -> None:
                 w = client.cancel(workload_id)
             except Exception as exc:
                 _rpc_error(exc)
-        if output == "json":
-            typer.echo(json.dumps(_as_json(w), indent=2))
-        else:
-            console.print(_workload_table([w]))
+        _print_workloads([w], output)
 
     @app.command("clusters")
     def clusters(output: str = typer.Option("table", "--output", "-o", help="table | json"),

@@ -36,6 +36,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from meridian import observability as obs
+from meridian import power_model
 from meridian.bus import (
     SUMMARY_STREAM,
     BusError,
@@ -47,7 +48,7 @@ from meridian.bus import (
 from meridian.bus.base import StreamEntry
 from meridian.cluster_state import ClusterState, Placement
 from meridian.metrics import seed_fragmentation_score
-from meridian.model import Node, Pod, Resources
+from meridian.model import MILLI_GPU_PER_DEVICE, Node, Pod, Resources
 from protos import dispatch_pb2 as dpb
 from protos import telemetry_pb2 as tpb
 from regional_scheduler.framework import Scheduler
@@ -230,8 +231,7 @@ class DispatchWorker:
             free_cpu = np.where(sched, st.free_milli_cpu, 0)
             free_mem = np.where(sched, st.free_memory_bytes, 0)
             self.sequence += 1
-            busy = (st.req_milli_cpu > 0) & sched
-            power = float(np.where(busy, 150.0 + 300.0 * st.req_milli_cpu / np.maximum(st.alloc_milli_cpu, 1), 0).sum())
+            power = simulated_power_watts(st)
             return tpb.ClusterSummary(
                 cluster=self.cluster, region=self.settings.region, sequence=self.sequence,
                 generated_unix_ms=int(self.clock() * 1000), nodes_total=st.n_nodes,
@@ -274,6 +274,18 @@ class DispatchWorker:
                 failures += 1
                 log.warning("dispatch worker %s: bus unavailable (%s); retrying in %.1f s", self.cluster, exc, delay)
                 stop.wait(delay)
+
+
+def simulated_power_watts(st: ClusterState) -> float:
+    """A simulated cluster's IT power from the node agents' documented model (:mod:`meridian.power_model`):
+    requested CPU as host utilisation on each node's profile, allocated GPU share per device."""
+    host_idle, host_max = power_model.host_coefficients(st.alloc_milli_cpu / 1000.0)
+    cpu_util = st.req_milli_cpu / np.maximum(st.alloc_milli_cpu, 1)
+    host = power_model.host_power_watts(cpu_util, host_idle, host_max)
+    gpu_idle, gpu_max = power_model.gpu_coefficients([st.gpu_models[m] if m >= 0 else "" for m in st.gpu_model_id])
+    gpu_util = 1.0 - st.gpu_free_milli / MILLI_GPU_PER_DEVICE
+    gpus = power_model.gpu_power_watts(gpu_util, st.gpu_exists, gpu_idle, gpu_max)
+    return float(np.where(st.schedulable, host + gpus, 0.0).sum())
 
 
 def simulated_cluster(nodes: Sequence[Node], *, start: int = 0, count: int | None = None) -> ClusterState:

@@ -118,3 +118,20 @@ def test_a_scheduler_error_fails_the_workload_and_frees_its_replicas(redis_url: 
     assert [e.phase for e in decoded] == [dpb.PLACEMENT_PHASE_FAILED]
     assert "model exploded" in decoded[0].reason
     assert int(w.state.req_milli_cpu.sum()) == 0  # the first replica was released again
+
+
+def test_simulated_power_follows_the_documented_model() -> None:
+    # One 16-vCPU node ("small" profile: 60 W idle, 180 W max) at 50 % requested CPU, one T4 (10 W idle,
+    # 70 W max) half allocated: host 60 + 120·(2·0.5 − 0.5^1.4) = 60 + 120·0.62107 = 134.53 W;
+    # GPU 10 + 60·0.5 = 40 W → 174.53 W. A cordoned node draws nothing in the summary.
+    from meridian.model import Pod
+    from regional_scheduler.dispatch_worker import simulated_power_watts
+
+    state = simulated_cluster([
+        Node(name="a", capacity=Resources(milli_cpu=16000, memory_bytes=64 * GIB, gpu=1), gpu_model="T4"),
+        Node(name="b", capacity=Resources(milli_cpu=16000, memory_bytes=64 * GIB)),
+    ])
+    pod = Pod(name="p", requests=Resources(milli_cpu=8000, gpu_milli=500))
+    state.allocate(pod, state.choose_devices(0, pod))
+    state.schedulable[1] = False
+    assert simulated_power_watts(state) == pytest.approx(60 + 120 * (1 - 0.5**1.4) + 40, rel=1e-9)
