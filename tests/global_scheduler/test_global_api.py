@@ -247,7 +247,7 @@ def test_tls(federation, tmp_path) -> None:
     import subprocess
 
     if shutil.which("openssl") is None:
-        pytest.skip("openssl is needed to make a test certificate")
+        pytest.fail("openssl is needed to make a test certificate (apt-get install openssl)")
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
                     "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
