@@ -44,13 +44,25 @@ class ApiBenchResult:
 
 
 def _server_main(redis_url: str, prefix: str, policy: str, port_q: mp.Queue, stop_ev: mp.Event,
-                 stats_q: mp.Queue) -> None:
+                 stats_q: mp.Queue, gil_switch_interval_ms: float | None) -> None:
     import gc
+    import sys
 
     import torch
 
     if os.environ.get("MERIDIAN_BENCH_GC") == "off":
         gc.disable()
+    # Every collection's pause, to tell garbage-collection stalls from thread scheduling in the tail.
+    gc_pauses: list[float] = []
+    gc_start = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_start[0] = time.perf_counter()
+        else:
+            gc_pauses.append(time.perf_counter() - gc_start[0])
+
+    gc.callbacks.append(on_gc)
 
     torch.set_num_threads(1)
     from global_scheduler.scheduler import GlobalScheduler
@@ -58,7 +70,8 @@ def _server_main(redis_url: str, prefix: str, policy: str, port_q: mp.Queue, sto
     from global_scheduler.settings import GlobalSchedulerSettings
     from meridian.bus import open_bus
 
-    settings = GlobalSchedulerSettings(api={"listen": "127.0.0.1:0", "max_workers": 16},
+    settings = GlobalSchedulerSettings(api={"listen": "127.0.0.1:0", "max_workers": 16,
+                                            "gil_switch_interval_ms": gil_switch_interval_ms},
                                        bus={"url": redis_url, "key_prefix": prefix},
                                        routing={"policy": policy},
                                        registry={"cluster_timeout_s": 3600.0})
@@ -76,7 +89,10 @@ def _server_main(redis_url: str, prefix: str, policy: str, port_q: mp.Queue, sto
     ms = np.array(engine.decision_seconds) * 1000 if engine.decision_seconds else np.zeros(1)
     stats_q.put({"stored": len(engine.store), "dispatched_total": engine.dispatched_total,
                  "pending": engine.store.counts_by_state().get(1, 0),
-                 "decision_ms_p50": float(np.percentile(ms, 50)), "decision_ms_p99": float(np.percentile(ms, 99))})
+                 "decision_ms_p50": float(np.percentile(ms, 50)), "decision_ms_p99": float(np.percentile(ms, 99)),
+                 "switch_interval_ms": sys.getswitchinterval() * 1000, "gc_collections": len(gc_pauses),
+                 "gc_pause_ms_max": max(gc_pauses, default=0.0) * 1000,
+                 "gc_pause_ms_total": sum(gc_pauses) * 1000})
     running.stop(0.5)
 
 
@@ -159,7 +175,8 @@ def publish_clusters(redis_url: str, prefix: str, clusters: int) -> None:
 
 
 def run_api_bench(*, redis_url: str, rate: float = 1200.0, duration_s: float = 10.0, clients: int = 2,
-                  clusters: int = 10, policy: str = "gnn") -> ApiBenchResult:
+                  clusters: int = 10, policy: str = "gnn",
+                  gil_switch_interval_ms: float | None = 0.5) -> ApiBenchResult:
     from meridian.bus import dispatch_stream, open_bus
     from protos import dispatch_pb2 as dpb
 
@@ -170,7 +187,8 @@ def run_api_bench(*, redis_url: str, rate: float = 1200.0, duration_s: float = 1
     out_q: mp.Queue = ctx.Queue()
     stop_ev = ctx.Event()
     publish_clusters(redis_url, prefix, clusters)
-    server = ctx.Process(target=_server_main, args=(redis_url, prefix, policy, port_q, stop_ev, stats_q), daemon=True)
+    server = ctx.Process(target=_server_main, args=(redis_url, prefix, policy, port_q, stop_ev, stats_q,
+                                                            gil_switch_interval_ms), daemon=True)
     server.start()
     port = port_q.get(timeout=120)
     time.sleep(1.5)  # the registry reads the summaries

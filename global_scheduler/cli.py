@@ -357,13 +357,16 @@ def register(cli: CliRoot) -> None:
         policy: str = typer.Option("gnn", "--policy", help="Routing policy the server uses."),
         redis_url: str = typer.Option("redis://127.0.0.1:6379/0", "--redis", help="Redis for the dispatch streams."),
         json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here."),
+        gil_switch_ms: float = typer.Option(0.5, "--gil-switch-ms", min=0.0,
+                                            help="The server's thread switch interval (api.gil_switch_interval_ms); "
+                                                 "0 keeps Python's default 5 ms, for comparison."),
     ) -> None:
         """Sustained SubmitWorkload load over loopback; checks every accepted workload is dispatched once."""
         from global_scheduler.bench_api import run_api_bench
 
         with console.status(f"{rate:.0f} calls/s for {duration:.0f} s…"):
             r = run_api_bench(redis_url=redis_url, rate=rate, duration_s=duration, clients=clients, clusters=clusters,
-                              policy=policy)
+                              policy=policy, gil_switch_interval_ms=gil_switch_ms or None)
         table = Table(title=f"SubmitWorkload over loopback ({clients} client processes, policy {policy})")
         for col in ("offered/s", "accepted", "errors", "throughput/s", "p50 ms", "p99 ms", "max ms", "dispatched",
                     "duplicates", "missing"):
@@ -372,9 +375,13 @@ def register(cli: CliRoot) -> None:
                       f"{r.latency_ms_p50:.1f}", f"{r.latency_ms_p99:.1f}", f"{r.latency_ms_max:.1f}",
                       str(r.dispatched_unique), str(r.duplicates), str(r.missing))
         console.print(table)
+        d = r.as_dict()
+        console.print(f"server: GIL switch interval {d['server_switch_interval_ms']:.2f} ms; "
+                      f"{d['server_gc_collections']} GC collections, longest {d['server_gc_pause_ms_max']:.1f} ms; "
+                      f"routing p99 {d['server_decision_ms_p99']:.2f} ms per workload")
         if json_out is not None:
             json_out.parent.mkdir(parents=True, exist_ok=True)
-            json_out.write_text(json.dumps(r.as_dict(), indent=2))
+            json_out.write_text(json.dumps(d, indent=2))
 
     @train.command("routing")
     def train_routing_cmd(

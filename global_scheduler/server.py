@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent import futures
@@ -186,6 +187,8 @@ def build_server(engine: GlobalScheduler, settings: GlobalSchedulerSettings | No
                  extra_services: Sequence[ServiceHook] = ()) -> RunningServer:
     """Create, bind and start the server (and the engine's workers). ``listen`` port 0 picks a free one."""
     settings = settings or engine.settings
+    if settings.api.gil_switch_interval_ms is not None:
+        sys.setswitchinterval(settings.api.gil_switch_interval_ms / 1000.0)
     interceptor = BearerTokenInterceptor(settings.api.auth_tokens) if settings.api.auth_tokens else None
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=settings.api.max_workers),
                          interceptors=[interceptor] if interceptor else [],

@@ -1,0 +1,34 @@
+"""``meridian bench api`` end to end at a small rate: real server process, real client processes, real Redis.
+
+The latency target lives in the benchmark (docs/benchmarks.md); here only what must always hold: every
+accepted workload is dispatched exactly once, and the server runs with the configured switch interval.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from global_scheduler.bench_api import run_api_bench
+from global_scheduler.settings import GlobalSchedulerSettings
+
+
+def test_small_load_is_dispatched_exactly_once(redis_url: str) -> None:
+    r = run_api_bench(redis_url=redis_url, rate=100.0, duration_s=2.0, clients=2, clusters=3, policy="karmada",
+                      gil_switch_interval_ms=0.5)
+    d = r.as_dict()
+    assert r.errors == 0
+    assert r.accepted >= 190  # 2 s at 100/s, open loop
+    assert r.dispatched_unique == r.accepted and r.duplicates == 0 and r.missing == 0
+    assert d["server_pending"] == 0
+    assert abs(d["server_switch_interval_ms"] - 0.5) < 1e-9
+    assert d["server_gc_collections"] >= 0 and d["server_gc_pause_ms_max"] >= 0.0
+
+
+def test_server_applies_the_switch_interval(federation) -> None:
+    before = sys.getswitchinterval()
+    try:
+        fed = federation()
+        assert fed.engine.settings.api.gil_switch_interval_ms == GlobalSchedulerSettings().api.gil_switch_interval_ms
+        assert abs(sys.getswitchinterval() - fed.engine.settings.api.gil_switch_interval_ms / 1000) < 1e-12
+    finally:
+        sys.setswitchinterval(before)
