@@ -45,8 +45,9 @@ def _rpc_error(exc: Exception) -> None:
     import grpc
 
     if isinstance(exc, grpc.RpcError):
-        code = exc.code().name if exc.code() else "UNKNOWN"  # type: ignore[attr-defined]
-        console.print(f"[red]{code}[/red]: {exc.details()}")  # type: ignore[attr-defined]
+        from global_scheduler.errors import error_details
+
+        console.print(f"[red]{error_details(exc).describe()}[/red]")
         raise typer.Exit(2) from None
     raise exc
 

@@ -1,11 +1,11 @@
 """The operators' gRPC API (``meridian.v1.GlobalScheduler``), with health and reflection.
 
 Errors carry the right status code and say what was wrong: ``INVALID_ARGUMENT`` names the field in
-the message (``spec.requests.cpu: …``) and in the trailing metadata key ``meridian-field``;
-``NOT_FOUND``, ``ALREADY_EXISTS`` (an idempotency key reused with another spec; ``meridian-workload-id``
-names the workload that holds it), ``RESOURCE_EXHAUSTED`` (no allowed cluster could ever fit it) and
-``UNAUTHENTICATED``. (``grpcio-status`` is not installed, so the details travel as plain trailing
-metadata rather than a packed ``google.rpc.Status``.)
+the message (``spec.requests.cpu: …``), in a ``google.rpc.BadRequest`` detail and in the trailing
+metadata key ``meridian-field``; ``NOT_FOUND`` (``ResourceInfo``), ``ALREADY_EXISTS`` (an idempotency key
+reused with another spec; ``ResourceInfo`` and ``meridian-workload-id`` name the workload that holds it),
+``RESOURCE_EXHAUSTED`` (no allowed cluster could ever fit it) and ``UNAUTHENTICATED``. Every error also
+has an ``ErrorInfo`` reason (``errors.py``).
 
 Authentication is a server interceptor: a call without ``authorization: Bearer <token>`` matching
 a configured token is answered ``UNAUTHENTICATED`` by the interceptor itself and never reaches a
@@ -26,6 +26,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from global_scheduler.errors import rich_status
 from global_scheduler.scheduler import GlobalScheduler
 from global_scheduler.settings import GlobalSchedulerSettings
 from global_scheduler.store import IdempotencyConflictError
@@ -37,14 +38,11 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = api.DESCRIPTOR.services_by_name["GlobalScheduler"].full_name
 OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
-FIELD_KEY = "meridian-field"
 
 
-def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str,
-           metadata: Sequence[tuple[str, str]] = ()) -> None:
-    if metadata:
-        context.set_trailing_metadata(tuple(metadata))
-    context.abort(code, message)
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str, *, reason: str,
+           field: str | None = None, workload_id: str | None = None) -> None:
+    context.abort_with_status(rich_status(code, message, field=field, reason=reason, workload_id=workload_id))
 
 
 class GlobalSchedulerServicer(api_grpc.GlobalSchedulerServicer):
@@ -56,7 +54,7 @@ class GlobalSchedulerServicer(api_grpc.GlobalSchedulerServicer):
         try:
             parsed = validate_submit(request, now_s=time.time())
         except InvalidArgumentError as exc:
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc), [(FIELD_KEY, exc.field)])
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc), field=exc.field, reason="INVALID_FIELD")
         spec = request.spec
         fits = self.engine.registry.ever_fits(replicas=spec.replicas, milli_cpu=parsed.milli_cpu,
                                               memory_bytes=parsed.memory_bytes, gpu=parsed.gpu_fraction,
@@ -65,22 +63,23 @@ class GlobalSchedulerServicer(api_grpc.GlobalSchedulerServicer):
             where = f" in regions {', '.join(spec.allowed_regions)}" if spec.allowed_regions else ""
             _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
                    f"no cluster{where} can ever fit {spec.replicas} replica(s) of this size, even empty",
-                   [(FIELD_KEY, "spec.requests")])
+                   field="spec.requests", reason="NO_CLUSTER_CAN_FIT")
         try:
             workload, created = self.engine.store.create(spec, parsed, request.idempotency_key)
         except IdempotencyConflictError as exc:
-            _abort(context, grpc.StatusCode.ALREADY_EXISTS, str(exc),
-                   [(FIELD_KEY, "idempotency_key"), ("meridian-workload-id", exc.workload_id)])
+            _abort(context, grpc.StatusCode.ALREADY_EXISTS, str(exc), field="idempotency_key",
+                   reason="IDEMPOTENCY_KEY_REUSED", workload_id=exc.workload_id)
         if created:
             self.engine.enqueue(workload.id)
         return workload
 
     def _get_or_abort(self, wid: str, context: grpc.ServicerContext) -> api.Workload:
         if not wid:
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "id: required", [(FIELD_KEY, "id")])
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "id: required", field="id", reason="INVALID_FIELD")
         w = self.engine.store.get(wid)
         if w is None:
-            _abort(context, grpc.StatusCode.NOT_FOUND, f"workload {wid!r} not found")
+            _abort(context, grpc.StatusCode.NOT_FOUND, f"workload {wid!r} not found", reason="WORKLOAD_NOT_FOUND",
+                   workload_id=wid)
         return w
 
     def GetWorkload(self, request: api.GetWorkloadRequest, context: grpc.ServicerContext) -> api.Workload:  # noqa: N802
@@ -90,7 +89,8 @@ class GlobalSchedulerServicer(api_grpc.GlobalSchedulerServicer):
         size = request.page_size or self.settings.api.default_page_size
         if size < 0 or size > self.settings.api.max_page_size:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
-                   f"page_size: must be between 1 and {self.settings.api.max_page_size}", [(FIELD_KEY, "page_size")])
+                   f"page_size: must be between 1 and {self.settings.api.max_page_size}", field="page_size",
+                   reason="INVALID_FIELD")
         offset = 0
         if request.page_token:
             try:
@@ -99,9 +99,10 @@ class GlobalSchedulerServicer(api_grpc.GlobalSchedulerServicer):
                     raise ValueError
             except ValueError:
                 _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "page_token: not a token this server issued",
-                       [(FIELD_KEY, "page_token")])
+                       field="page_token", reason="INVALID_FIELD")
         if request.state and request.state not in api.WorkloadState.values():
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "state: unknown workload state", [(FIELD_KEY, "state")])
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "state: unknown workload state", field="state",
+                   reason="INVALID_FIELD")
         items, nxt = self.engine.store.list(tenant=request.tenant, state=request.state, cluster=request.cluster,
                                             offset=offset, limit=size)
         return api.ListWorkloadsResponse(workloads=items, next_page_token="" if nxt is None else str(nxt))
@@ -114,21 +115,25 @@ class GlobalSchedulerServicer(api_grpc.GlobalSchedulerServicer):
         self._get_or_abort(request.id, context)
         w = self.engine.cancel(request.id)
         if w is None:
-            _abort(context, grpc.StatusCode.NOT_FOUND, f"workload {request.id!r} not found")
+            _abort(context, grpc.StatusCode.NOT_FOUND, f"workload {request.id!r} not found",
+                   reason="WORKLOAD_NOT_FOUND", workload_id=request.id)
         if w.state == api.WORKLOAD_STATE_FAILED:
-            _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"workload {request.id} already failed: {w.message}")
+            _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"workload {request.id} already failed: {w.message}",
+                   reason="WORKLOAD_FAILED", workload_id=request.id)
         return w
 
     def ListClusters(self, request: api.ListClustersRequest, context: grpc.ServicerContext) -> api.ListClustersResponse:  # noqa: N802
         return api.ListClustersResponse(clusters=self.engine.registry.cluster_messages())
 
 
-def _deny(handler: grpc.RpcMethodHandler | None, message: str) -> grpc.RpcMethodHandler:
+def _deny(handler: grpc.RpcMethodHandler | None, message: str, reason: str) -> grpc.RpcMethodHandler:
+    status = rich_status(grpc.StatusCode.UNAUTHENTICATED, message, reason=reason)
+
     def abort(request: object, context: grpc.ServicerContext) -> None:
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        context.abort_with_status(status)
 
     def abort_stream(request: object, context: grpc.ServicerContext):
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        context.abort_with_status(status)
         yield  # pragma: no cover
 
     kw = {}
@@ -158,10 +163,11 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token:
             self.rejected += 1
-            return _deny(continuation(handler_call_details), "missing bearer token (authorization: Bearer <token>)")
+            return _deny(continuation(handler_call_details), "missing bearer token (authorization: Bearer <token>)",
+                         "MISSING_TOKEN")
         if not any(hmac.compare_digest(token.encode(), t) for t in self._tokens):
             self.rejected += 1
-            return _deny(continuation(handler_call_details), "invalid bearer token")
+            return _deny(continuation(handler_call_details), "invalid bearer token", "INVALID_TOKEN")
         return continuation(handler_call_details)
 
 

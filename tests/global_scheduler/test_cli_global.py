@@ -44,7 +44,9 @@ def test_operator_commands(cli_env, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("args", "env_token", "message"), [
     pytest.param(["get", "missing"], TOKEN, "NOT_FOUND", id="not-found"),
+    pytest.param(["get", "missing"], TOKEN, "reason: WORKLOAD_NOT_FOUND", id="not-found-reason"),
     pytest.param(["clusters"], "wrong", "UNAUTHENTICATED", id="bad-token"),
+    pytest.param(["clusters"], "wrong", "reason: INVALID_TOKEN", id="bad-token-reason"),
 ])
 def test_errors_are_reported(cli_env, args: list[str], env_token: str, message: str) -> None:
     _, env = cli_env
@@ -61,4 +63,4 @@ def test_bad_workload_file(cli_env, tmp_path: Path) -> None:
     quantity = tmp_path / "q.yaml"
     quantity.write_text("name: web\ntenant: t\nreplicas: 1\nrequests: {cpu: lots}\n")
     out = CliRunner().invoke(build_app(), ["submit", str(quantity)], env=env)
-    assert out.exit_code == 2 and "INVALID_ARGUMENT" in out.output and "spec.requests.cpu" in out.output
+    assert out.exit_code == 2 and "INVALID_ARGUMENT" in out.output and "field: spec.requests.cpu" in out.output

@@ -10,6 +10,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from global_scheduler.errors import error_details
 from protos import global_api_pb2 as api
 
 TOKEN = "test-token"  # the federation fixture's token
@@ -103,6 +104,8 @@ def test_invalid_argument_names_the_field(federation, mutate, field: str) -> Non
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert err.value.details().startswith(field + ":")
     assert ("meridian-field", field) in tuple(err.value.trailing_metadata())
+    details = error_details(err.value)  # the standard google.rpc.BadRequest / ErrorInfo details
+    assert details.fields == (field,) and details.reason == "INVALID_FIELD"
     assert len(fed.engine.store) == 0
 
 
@@ -114,13 +117,16 @@ def test_status_codes(federation) -> None:
         with pytest.raises(grpc.RpcError) as err:
             call(request, metadata=AUTH)
         assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        assert error_details(err.value).workload_id == "nope"
     with pytest.raises(grpc.RpcError) as err:
         next(iter(stub.WatchWorkload(api.WatchWorkloadRequest(id="nope"), metadata=AUTH, timeout=10)))
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
-    stub.SubmitWorkload(api.SubmitWorkloadRequest(spec=spec(), idempotency_key="k"), metadata=AUTH)
+    first = stub.SubmitWorkload(api.SubmitWorkloadRequest(spec=spec(), idempotency_key="k"), metadata=AUTH)
     with pytest.raises(grpc.RpcError) as err:
         stub.SubmitWorkload(api.SubmitWorkloadRequest(spec=spec(replicas=3), idempotency_key="k"), metadata=AUTH)
     assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    taken = error_details(err.value)
+    assert (taken.workload_id, taken.reason, taken.fields) == (first.id, "IDEMPOTENCY_KEY_REUSED", ("idempotency_key",))
     # 4 nodes × 32 CPU per cluster: 200 replicas of 32 CPU can never fit, nor can one 64-CPU replica.
     for too_big in (spec(replicas=200, requests=api.ResourceQuantities(cpu="32")),
                     spec(replicas=1, requests=api.ResourceQuantities(cpu="64")),
@@ -128,6 +134,7 @@ def test_status_codes(federation) -> None:
         with pytest.raises(grpc.RpcError) as err:
             stub.SubmitWorkload(api.SubmitWorkloadRequest(spec=too_big), metadata=AUTH)
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert error_details(err.value).reason == "NO_CLUSTER_CAN_FIT"
     with pytest.raises(grpc.RpcError) as err:
         stub.ListWorkloads(api.ListWorkloadsRequest(page_token="garbage"), metadata=AUTH)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -146,6 +153,7 @@ def test_unauthenticated_never_reaches_the_servicer(federation, metadata) -> Non
         with pytest.raises(grpc.RpcError) as err:
             call(request, metadata=metadata)
         assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert error_details(err.value).reason == ("INVALID_TOKEN" if "wrong" in str(metadata) else "MISSING_TOKEN")
     with pytest.raises(grpc.RpcError) as err:
         next(iter(stub.WatchWorkload(api.WatchWorkloadRequest(id="x"), metadata=metadata, timeout=10)))
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
