@@ -42,10 +42,33 @@ def load_input(scenario: str, *, pods_csv: Path | None = None, nodes_csv: Path |
     return BenchInput(scenario, nodes, pods)
 
 
+def bench_policy(name: str) -> Any:
+    """The policy as benchmarked. ``learned`` runs its model on every decision: its wall-clock budget
+    is counted, not enforced (``enforce_budget=False``), so a result does not depend on how loaded
+    the machine was; the count is reported (``over_budget_decisions``)."""
+    if name == "learned":
+        from regional_scheduler.learned.serving import ServingSettings, new_learned_policy
+
+        return new_learned_policy(ServingSettings.from_env().model_copy(update={"enforce_budget": False}))
+    return get_policy(name)
+
+
+def _with_policy_counts(result: RunResult, scheduler: Any) -> RunResult:
+    policy = getattr(scheduler, "policy", None)
+    if hasattr(policy, "over_budget"):
+        result.final["over_budget_decisions"] = float(policy.over_budget)
+        result.final["fallback_decisions"] = float(sum(policy.fallback_count.values()))
+    return result
+
+
 def run_one(inp: BenchInput, policy_name: str, seed: int, *, on_step: Callable[[int], None] | None = None,
             scheduler_factory: Callable[[str, int], Any] | None = None) -> RunResult:
-    make = scheduler_factory or (lambda name, s: Scheduler(get_policy(name), seed=s))
+    make = scheduler_factory or (lambda name, s: Scheduler(bench_policy(name), seed=s))
     scheduler = make(policy_name, seed)
+    return _with_policy_counts(_run(inp, scheduler, seed, on_step), scheduler)
+
+
+def _run(inp: BenchInput, scheduler: Any, seed: int, on_step: Callable[[int], None] | None) -> RunResult:
     if inp.scenario == "openb":
         cap = sum(n.allocatable_resources.gpu for n in inp.nodes) * 1000
         arrivals = openb.inflate_pods(inp.pods, cap, ratio=1.3, seed=seed)
@@ -69,6 +92,11 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
+def _sum(values: Sequence[float | None]) -> int | None:
+    vals = [v for v in values if v is not None]
+    return int(sum(vals)) if vals else None
+
+
 def summarize(results: Sequence[RunResult], total_gpus: int) -> dict[str, Any]:
     """Per-policy means over seeds, with the keys the issue and the docs name."""
     at100 = [r.curve.get(100) for r in results]
@@ -89,6 +117,10 @@ def summarize(results: Sequence[RunResult], total_gpus: int) -> dict[str, Any]:
         "decision_ms_p99": float(np.percentile(decision, 99)) if decision.size else None,
         "wall_s_per_seed": _mean([r.wall_s for r in results]),
         "seeds": [r.seed for r in results],
+        # learned only (null otherwise): decisions slower than the serving budget, and fallbacks to FGD
+        # (the benchmark does not enforce the budget, so fallbacks are errors or a missing checkpoint).
+        "over_budget_decisions": _sum([r.final.get("over_budget_decisions") for r in results]),
+        "fallback_decisions": _sum([r.final.get("fallback_decisions") for r in results]),
         "per_seed_gpu_alloc_pct_at_100": [c["gpu_alloc_pct"] if c else None for c in at100],
     }
 

@@ -32,8 +32,34 @@ from meridian.model import Node, Pod
 from regional_scheduler.learned import imitation
 from regional_scheduler.learned.augment import augmented_pod_list
 from regional_scheduler.learned.env import Episode, PlacementEnv, openb_episode, seed_episode
+from regional_scheduler.learned.features import IDX
 from regional_scheduler.learned.policy import NumpyPlacementNet, PlacementNet
 from regional_scheduler.learned.reward import RewardConfig
+
+# The features a linear correction of FGD may read (``--search-features``): cheap per node (no
+# device sort, no resource-allocation scores), and what tells nodes with the same FGD score apart —
+# how full the node is and would be, how well the pod fills it (best fit), FGD's raw delta inside
+# the integer score bin, and whether constrained pods need the node's GPU model.
+CORRECTION_FEATURES: tuple[str, ...] = (
+    "free_cpu_frac", "free_mem_frac", "free_gpu_frac", "gpu_count_abs", "idle_gpus_abs", "partial_gpus_abs",
+    "max_device_free", "after_cpu_frac", "after_mem_frac", "after_gpu_frac", "after_idle_gpus_abs",
+    "best_fit_leftover", "fgd_delta_gpus", "fgd_frag_before_gpus", "node_unused", "model_pressure",
+    "model_pressure_free_pod",
+)
+
+
+def search_mask(features: Sequence[str] | None) -> np.ndarray | None:
+    """Which coordinates of ``[heuristic head ‖ mlp_scale]`` the search may move: the head weights of
+    ``features`` (``mlp_scale`` stays where it starts: 0 from FGD, so the correction stays linear);
+    ``None`` = all."""
+    if features is None:
+        return None
+    unknown = set(features) - set(IDX)
+    if unknown:
+        raise ValueError(f"unknown node feature(s) {sorted(unknown)}")
+    mask = np.zeros(len(IDX) + 1, dtype=bool)
+    mask[[IDX[f] for f in features]] = True
+    return mask
 
 
 def set_random_seed(seed: int) -> None:
@@ -55,12 +81,13 @@ class EpisodeResult:
 
 
 def rollout(fast: NumpyPlacementNet, episode: Episode, *, reward: RewardConfig | None = None) -> EpisodeResult:
-    """Greedy episode (highest logit, first on ties — the scheduler's rule)."""
-    env = PlacementEnv(episode, reward=reward)
+    """Greedy episode of the residual policy, as served (highest logit, first on ties — the
+    scheduler's rule); features are built only for FGD's near-best candidates."""
+    env = PlacementEnv(episode, reward=reward, lazy_features=True)
     obs, info = env.reset()
     total, steps = 0.0, 0
     while not env.done:
-        logits = fast.predict(info["candidate_features"], obs["pod_features"])
+        logits = fast.residual_columns(info["base_scores"], info["features_of"], obs["pod_features"])
         obs, r, _, _, info = env.step(int(info["candidates"][int(np.argmax(logits))]))
         total += r
         steps += 1
@@ -107,11 +134,12 @@ class EvolutionStrategy:
       that a perturbed policy still places like the imitation start, big enough to change ties.
     - ``learning_rate`` (0.02): Adam step on the rank-shaped gradient estimate.
     - ``episodes_per_eval`` (1): episodes per candidate (all candidates of a generation share them).
+    - ``active`` (all): boolean mask of the coordinates the search moves (:func:`search_mask`).
     """
 
     def __init__(self, net: PlacementNet, episodes: EpisodeFactory, *, reward: RewardConfig | None = None,
                  pairs: int = 6, sigma: float = 0.05, learning_rate: float = 0.02, episodes_per_eval: int = 1,
-                 seed: int = 0) -> None:
+                 seed: int = 0, active: np.ndarray | None = None) -> None:
         self.net = net
         self.episodes = episodes
         self.reward = reward
@@ -119,6 +147,7 @@ class EvolutionStrategy:
         self.episodes_per_eval = episodes_per_eval
         self.rng = np.random.default_rng(seed)
         self.theta = net.search_vector()
+        self.active = np.ones(self.theta.size, dtype=bool) if active is None else np.asarray(active, dtype=bool)
         self.fast = NumpyPlacementNet(net)
         self._m = np.zeros_like(self.theta)
         self._v = np.zeros_like(self.theta)
@@ -137,7 +166,7 @@ class EvolutionStrategy:
         t0 = time.perf_counter()
         batch = [self.episodes(self.episode_counter + j) for j in range(self.episodes_per_eval)]
         self.episode_counter += self.episodes_per_eval
-        noise = self.rng.standard_normal((self.pairs, self.theta.size))
+        noise = self.rng.standard_normal((self.pairs, self.theta.size)) * self.active
         plus = np.array([self._fitness(self.theta + self.sigma * e, batch)[0] for e in noise])
         minus = np.array([self._fitness(self.theta - self.sigma * e, batch)[0] for e in noise])
         centre_return, centre_alloc = self._fitness(self.theta, batch)
@@ -185,7 +214,8 @@ def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfi
                   bc_parts: Sequence[str] = ("all",), bc_learning_rates: Sequence[float] = (3e-3,),
                   pairs: int = 6, sigma: float = 0.05, learning_rate: float = 0.02, episodes_per_eval: int = 1,
                   validation_episodes: int = 0, seed: int = 0, on_progress: Callable[[str, int, int], None] | None = None,
-                  init: PlacementNet | None = None) -> ProfileResult:
+                  init: PlacementNet | None = None, residual_bound: float | None = None,
+                  zero_correction: bool = False, search_features: Sequence[str] | None = None) -> ProfileResult:
     """Imitation of ``teacher`` on ``bc_episodes`` episodes, then ES until ``es_steps`` environment
     steps or ``es_max_seconds`` of wall time, whichever comes first.
 
@@ -195,6 +225,13 @@ def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfi
 
     ``init``: start the search from this network instead of imitation (fine-tuning an earlier
     checkpoint's profile); the validation then compares the search result with ``init``.
+
+    ``zero_correction``: start the search from ``g ≡ 0`` — the residual policy is then FGD itself
+    (the network keeps its normalisation and MLP, whose weight ``mlp_scale`` starts at 0), and the
+    search result is kept only if it beats FGD on the validation episodes.
+    ``search_features``: move only these head weights (:func:`search_mask`); ``None`` = the whole
+    ``[head ‖ mlp_scale]``.
+    ``residual_bound``: the correction's bound ``b`` (:func:`~regional_scheduler.learned.policy.residual_logits`).
     """
     set_random_seed(seed)
     t0 = time.perf_counter()
@@ -207,14 +244,18 @@ def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfi
         buffer = imitation.collect([episodes(1_000_000 + i) for i in range(bc_episodes)], teacher=teacher,
                                    every=bc_every, seed=seed)
         n_samples = len(buffer)
-        net = PlacementNet(hidden=hidden)
+        net = PlacementNet(hidden=hidden, **({} if residual_bound is None else {"residual_bound": residual_bound}))
         for part, lr in zip(bc_parts, bc_learning_rates, strict=True):
             for record in imitation.behaviour_cloning(net, buffer, epochs=bc_epochs, part=part, learning_rate=lr,
                                                       seed=seed):
                 bc_log.append({**record, "part": part})
+    if residual_bound is not None:
+        net.residual_bound = residual_bound
+    if zero_correction:
+        net.zero_correction()
     bc_s = time.perf_counter() - t0
     es = EvolutionStrategy(net, episodes, reward=reward, pairs=pairs, sigma=sigma, learning_rate=learning_rate,
-                           episodes_per_eval=episodes_per_eval, seed=seed)
+                           episodes_per_eval=episodes_per_eval, seed=seed, active=search_mask(search_features))
     t1 = time.perf_counter()
     while es.steps < es_steps and time.perf_counter() - t1 < es_max_seconds:
         es.generation()
@@ -225,6 +266,7 @@ def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfi
     theta0 = net.search_vector()
     validation = [episodes(2_000_000 + i) for i in range(validation_episodes)]
     scores = {}
+    start = "fgd" if zero_correction else ("init" if init is not None else "imitation")
     for name, theta in (("imitation", theta0), ("search", es.theta)):
         fast = NumpyPlacementNet(net).with_search_vector(theta)
         scores[name] = float(np.mean([rollout(fast, ep, reward=reward).episode_return for ep in validation])) \
@@ -237,7 +279,9 @@ def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfi
         "imitation": {"samples": n_samples, "epochs": bc_log, "wall_s": bc_s, "skipped_for_init": init is not None},
         "search": {"generations": es.log.generations, "steps": es.steps, "wall_s": time.perf_counter() - t1,
                    "pairs": pairs, "sigma": sigma, "learning_rate": learning_rate,
-                   "episodes_per_eval": episodes_per_eval},
-        "validation": {"episodes": validation_episodes, "mean_return": scores, "kept": kept},
+                   "episodes_per_eval": episodes_per_eval,
+                   "search_features": list(search_features) if search_features is not None else "all"},
+        "validation": {"episodes": validation_episodes, "mean_return": scores, "kept": kept,
+                       "start": start},  # "imitation" in mean_return/kept names the search's start
         "search_vector": net.search_vector().tolist(),
     })

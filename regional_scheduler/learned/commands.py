@@ -48,6 +48,16 @@ def train_placement(
     augment: float = typer.Option(0.8, min=0.0, max=1.0,
                                   help="share of GPU-profile training episodes whose pod list gets random "
                                        "GPU-model constraints (regional_scheduler/learned/augment.py); 0 = off"),
+    residual_bound: float = typer.Option(0.45, min=0.01, max=5.0,
+                                         help="bound b of the learned correction to FGD's integer node score: "
+                                              "< 0.5 re-ranks only FGD's tied best nodes, < 1 also the next bin"),
+    from_fgd: bool = typer.Option(True, "--from-fgd/--keep-head",
+                                  help="start the GPU search from a zero correction, i.e. from FGD itself "
+                                       "(the network's normalisation and MLP come from --init or imitation)"),
+    sigma: float = typer.Option(0.2, min=1e-4, help="ES perturbation scale (GPU profile)"),
+    search_features: str = typer.Option("correction", help="GPU profile: node features whose head weights the "
+                                        "search moves — 'correction' (algorithm.CORRECTION_FEATURES: a linear, "
+                                        "cheap correction), 'all' (head and MLP scale) or a comma-separated list"),
 ) -> None:
     """Imitate the best heuristic, improve it with evolution-strategies policy search, write a checkpoint."""
     from regional_scheduler.learned import algorithm
@@ -90,17 +100,22 @@ def train_placement(
                         init_net = load_checkpoint(init)[0]["gpu"]
                     except CheckpointError:
                         init_net = upgrade_profiles(init)[0]["gpu"]
+                    init_net.residual_bound = residual_bound
+                chosen = (algorithm.CORRECTION_FEATURES if search_features == "correction" else None
+                          if search_features == "all" else [f.strip() for f in search_features.split(",") if f.strip()])
                 episodes = algorithm.openb_episodes(lists, openb.load_nodes(), node_fraction=node_fraction,
                                                    augment_p=augment)
                 result = algorithm.train_profile(
                     episodes=episodes, teacher="fgd", reward=GPU_REWARD, bc_episodes=6, bc_every=2, bc_epochs=6,
                     bc_parts=("head", "mlp"), bc_learning_rates=(1e-2, 3e-3), es_steps=budget,
-                    es_max_seconds=share, pairs=8, sigma=0.2, learning_rate=0.05, validation_episodes=4, seed=seed,
-                    on_progress=report, init=init_net)
+                    es_max_seconds=share, pairs=8, sigma=sigma, learning_rate=0.05, validation_episodes=4, seed=seed,
+                    on_progress=report, init=init_net, residual_bound=residual_bound, zero_correction=from_fgd,
+                    search_features=chosen)
                 result.log["pod_lists"] = names
                 result.log["node_fraction"] = node_fraction
                 result.log["init"] = str(init) if init is not None else None
                 result.log["augment"] = {"p": augment, "share_of_gpu_pods": [0.05, 0.35]}
+                result.log["residual"] = {"bound": residual_bound, "start": "fgd" if from_fgd else "init head"}
             else:
                 result = algorithm.train_profile(
                     episodes=algorithm.seed_episodes(), teacher="best-fit", reward=CPU_REWARD, bc_episodes=10,
@@ -188,10 +203,10 @@ def explain_command(
     if result.chosen is None:
         console.print("no node fits: " + ", ".join(f"{n} {k}" for k, n in result.rejected_by.items() if n))
     table = Table(title=f"why {result.chosen}")
-    for col in ("rank", "node", "score", "features that drove the score (value → attribution)"):
+    for col in ("rank", "node", "score", "fgd score", "features that drove the correction (value → attribution)"):
         table.add_column(col)
     for n in result.nodes:
-        table.add_row(str(n.rank), n.node, f"{n.score:.3f}",
+        table.add_row(str(n.rank), n.node, f"{n.score:.3f}", f"{n.fgd_score:.0f}",
                       "; ".join(f"{f}={v:.3g} → {a:+.3f}" for f, v, a in n.top_features))
     console.print(table)
     if json_out is not None:

@@ -7,6 +7,11 @@ Observation (a dict, fixed width ``n`` = number of nodes):
 - ``pod_features (N_POD,)``: the pod's request and cluster-wide allocation;
 - ``action_mask (n,)``: the hard-constraint filter's verdict (:func:`regional_scheduler.filters.run_filters`).
 
+``info`` also carries ``base_scores`` (FGD's own node scores of the candidates, the residual
+policy's base) and ``features_of(idx)`` (the features of candidates ``idx``). With
+``lazy_features=True`` (training rollouts of the residual policy, which reads only FGD's near-best
+nodes) features are built only when ``features_of`` asks, and ``node_features`` stays zero.
+
 Action: a node index. A masked (infeasible) action is refused with an error — the policy must read the
 mask, exactly as the scheduler never shows it an infeasible node. A pod that fits nowhere is
 recorded as unplaced (``−unplaced_penalty``) without asking the agent, and the episode moves on.
@@ -74,8 +79,9 @@ def seed_episode(seed: int) -> Episode:
 class PlacementEnv(gym.Env):
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 
-    def __init__(self, episode: Episode, *, reward: rw.RewardConfig | None = None) -> None:
+    def __init__(self, episode: Episode, *, reward: rw.RewardConfig | None = None, lazy_features: bool = False) -> None:
         self.episode = episode
+        self.lazy_features = lazy_features
         n = len(episode.nodes)
         self.observation_space = spaces.Dict({
             "node_features": spaces.Box(-np.inf, np.inf, shape=(n, N_NODE), dtype=np.float32),
@@ -154,7 +160,12 @@ class PlacementEnv(gym.Env):
             if mask.any():
                 self.pod, self.mask = pod, mask
                 self.candidates = np.flatnonzero(mask)
-                self.candidate_features, self.devices = self.features.node_features(self.state, pod, self.candidates)
+                base = self.features.fgd.score(self.state, pod, self.candidates)
+                self.base_scores, self.devices = base.scores, base.devices
+                if self.lazy_features:
+                    self.candidate_features = np.zeros((0, N_NODE), dtype=np.float32)
+                else:
+                    self.candidate_features, _ = self.features.node_features(self.state, pod, self.candidates)
                 self.pod_features = self.features.pod_features(self.state, pod, self.candidates.size)
                 return
             self.n_failed += 1
@@ -164,20 +175,32 @@ class PlacementEnv(gym.Env):
         self.done = True
         self.mask = np.zeros(self.state.n_nodes, dtype=bool)
         self.candidates = np.zeros(0, dtype=np.int64)
+        self.base_scores = np.zeros(0)
         self.candidate_features = np.zeros((0, N_NODE), dtype=np.float32)
         self.pod_features = np.zeros(N_POD, dtype=np.float32)
 
     def _observation(self) -> dict[str, np.ndarray]:
         assert self.state is not None
         full = np.zeros((self.state.n_nodes, N_NODE), dtype=np.float32)
-        full[self.candidates] = self.candidate_features
+        if not self.lazy_features:
+            full[self.candidates] = self.candidate_features
         return {"node_features": full, "pod_features": self.pod_features, "action_mask": self.mask.copy()}
+
+    def _features_of(self, idx: np.ndarray, columns: np.ndarray | None = None) -> np.ndarray:
+        """Features of candidates ``idx`` (positions in ``candidates``); with ``lazy_features``, only
+        ``columns`` (the others 0) when given."""
+        if not self.lazy_features:
+            return self.candidate_features[idx]
+        assert self.state is not None
+        return self.features.node_features(self.state, self.pod, self.candidates[idx], columns)[0]
 
     def _info(self) -> dict[str, Any]:
         assert self.state is not None
         return {
             "candidates": self.candidates,
             "candidate_features": self.candidate_features,
+            "base_scores": self.base_scores,
+            "features_of": self._features_of,
             "n_arrived": self.n_arrived,
             "n_failed": self.n_failed,
             "allocation": rw.allocation(self.state),

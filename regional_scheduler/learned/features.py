@@ -35,7 +35,6 @@ import numpy as np
 from meridian.cluster_state import MAX_GPUS, ClusterState
 from meridian.model import GIB, MILLI_GPU_PER_DEVICE, Pod
 from regional_scheduler.policies.base import MAX_NODE_SCORE, MAX_SPEC_GPU_MILLI, MAX_SPEC_MILLI_CPU
-from regional_scheduler.policies.best_fit import best_fit_leftover
 from regional_scheduler.policies.dot_product import dot_product_alignment
 from regional_scheduler.policies.fgd import FgdPolicy
 from regional_scheduler.policies.resource_allocation import (
@@ -115,63 +114,82 @@ class FeatureBuilder:
         self.fgd.prepare(state, workload)
         self._pressure = model_pressure(state, workload)
 
-    def node_features(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(k, N_NODE)`` features of candidate ``nodes`` and FGD's device choice per node."""
+    def node_features(self, state: ClusterState, pod: Pod, nodes: np.ndarray,
+                      columns: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(k, N_NODE)`` features of candidate ``nodes`` and FGD's device choice per node.
+
+        ``columns`` (bool ``(N_NODE,)``): build only these columns, the others are 0 — serving asks
+        only for what the network reads (a linear correction reads a few columns; the hot path's
+        cost is dominated by the device sort and the resource-allocation scores it then skips).
+        """
+        need = np.ones(N_NODE, dtype=bool) if columns is None else columns
+
+        def wanted(*names: str) -> bool:
+            return bool(need[[IDX[n] for n in names]].any())
+
         r = pod.requests
         k = nodes.size
-        out = np.empty((k, N_NODE), dtype=np.float32)
+        out = np.zeros((k, N_NODE), dtype=np.float32)
         alloc_cpu = state.alloc_milli_cpu[nodes]
         alloc_mem = state.alloc_memory_bytes[nodes]
         free_cpu = alloc_cpu - state.req_milli_cpu[nodes]
         free_mem = alloc_mem - state.req_memory_bytes[nodes]
-        gpu_free = state.gpu_free_milli[nodes]
-        exists = state.gpu_exists[nodes]
-        gpu_cap = state.gpu_count[nodes] * MILLI_GPU_PER_DEVICE
-        gpu_free_total = gpu_free.sum(axis=1)
-        idle = ((gpu_free == MILLI_GPU_PER_DEVICE) & exists).sum(axis=1)
-        partial = ((gpu_free > 0) & (gpu_free < MILLI_GPU_PER_DEVICE) & exists).sum(axis=1)
-        gpu_total_req = r.gpu_milli_total
         out[:, 0] = _frac(free_cpu, alloc_cpu)
         out[:, 1] = _frac(free_mem, alloc_mem)
-        out[:, 2] = _frac(gpu_free_total, gpu_cap)
         out[:, 3] = free_cpu / MAX_SPEC_MILLI_CPU
-        out[:, 4] = gpu_free_total / MAX_SPEC_GPU_MILLI
-        out[:, 5] = gpu_cap / MAX_SPEC_GPU_MILLI
-        out[:, 6] = idle / MAX_GPUS
-        out[:, 7] = partial / MAX_GPUS
-        out[:, 8] = gpu_free.max(axis=1) / MILLI_GPU_PER_DEVICE
         out[:, 9] = _frac(free_cpu - r.milli_cpu, alloc_cpu)
         out[:, 10] = _frac(free_mem - r.memory_bytes, alloc_mem)
-        out[:, 11] = _frac(gpu_free_total - gpu_total_req, gpu_cap)
         out[:, 12] = (free_cpu - r.milli_cpu) / MAX_SPEC_MILLI_CPU
-        out[:, 13] = (gpu_free_total - gpu_total_req) / MAX_SPEC_GPU_MILLI
-        out[:, 14] = (idle - r.gpu) / MAX_GPUS
-        out[:, 15:15 + MAX_GPUS] = -np.sort(-gpu_free, axis=1) / MILLI_GPU_PER_DEVICE
         base = 15 + MAX_GPUS
-        out[:, base] = best_fit_leftover(state, pod, nodes)
-        out[:, base + 1] = dot_product_alignment(state, pod, nodes)[0]
+        out[:, base + 7] = free_cpu - r.milli_cpu <= 0
+        out[:, base + 8] = free_mem - r.memory_bytes <= 0
+        gpu_total_req = r.gpu_milli_total
+        if wanted("free_gpu_frac", "free_gpu_abs", "gpu_count_abs", "idle_gpus_abs", "partial_gpus_abs",
+                  "max_device_free", "after_gpu_frac", "after_gpu_abs", "after_idle_gpus_abs", "best_fit_leftover",
+                  "node_unused", "becomes_gpu_full", *(f"device_free_sorted_{d}" for d in range(MAX_GPUS))):
+            gpu_free = state.gpu_free_milli[nodes]
+            exists = state.gpu_exists[nodes]
+            gpu_cap = state.gpu_count[nodes] * MILLI_GPU_PER_DEVICE
+            gpu_free_total = gpu_free.sum(axis=1)
+            idle = ((gpu_free == MILLI_GPU_PER_DEVICE) & exists).sum(axis=1)
+            partial = ((gpu_free > 0) & (gpu_free < MILLI_GPU_PER_DEVICE) & exists).sum(axis=1)
+            out[:, 2] = _frac(gpu_free_total, gpu_cap)
+            out[:, 4] = gpu_free_total / MAX_SPEC_GPU_MILLI
+            out[:, 5] = gpu_cap / MAX_SPEC_GPU_MILLI
+            out[:, 6] = idle / MAX_GPUS
+            out[:, 7] = partial / MAX_GPUS
+            out[:, 8] = gpu_free.max(axis=1) / MILLI_GPU_PER_DEVICE
+            out[:, 11] = _frac(gpu_free_total - gpu_total_req, gpu_cap)
+            out[:, 13] = (gpu_free_total - gpu_total_req) / MAX_SPEC_GPU_MILLI
+            out[:, 14] = (idle - r.gpu) / MAX_GPUS
+            if wanted(*(f"device_free_sorted_{d}" for d in range(MAX_GPUS))):
+                out[:, 15:15 + MAX_GPUS] = -np.sort(-gpu_free, axis=1) / MILLI_GPU_PER_DEVICE
+            # best_fit_leftover (policies.best_fit), from the sums already at hand.
+            out[:, base] = (0.5 * (free_cpu - r.milli_cpu) / MAX_SPEC_MILLI_CPU
+                            + 0.5 * (gpu_free_total - gpu_total_req) / MAX_SPEC_GPU_MILLI)
+            out[:, base + 6] = (state.req_milli_cpu[nodes] == 0) & (gpu_free_total == gpu_cap)
+            out[:, base + 9] = (gpu_cap > 0) & (gpu_free_total - gpu_total_req <= 0)
+        if wanted("dot_product"):
+            out[:, base + 1] = dot_product_alignment(state, pod, nodes)[0]
         delta, devices = self.fgd.delta(state, pod, nodes)
         out[:, base + 2] = delta / MILLI_GPU_PER_DEVICE
         out[:, base + 3] = self.fgd.node_fragmentation(state)[nodes] / MILLI_GPU_PER_DEVICE
-        req, alloc = _requested_after(state, pod, nodes)
-        out[:, base + 4] = least_allocated(req, alloc) / MAX_NODE_SCORE
-        out[:, base + 5] = balanced_allocation(req, alloc) / MAX_NODE_SCORE
-        out[:, base + 6] = (state.req_milli_cpu[nodes] == 0) & (gpu_free_total == gpu_cap)
-        out[:, base + 7] = free_cpu - r.milli_cpu <= 0
-        out[:, base + 8] = free_mem - r.memory_bytes <= 0
-        out[:, base + 9] = (gpu_cap > 0) & (gpu_free_total - gpu_total_req <= 0)
-        power = state.power_watts[nodes]
-        carbon = state.carbon_g_per_kwh[nodes]
-        power_ok = np.isfinite(power)
-        carbon_ok = np.isfinite(carbon)
-        out[:, base + 10] = np.where(power_ok, power, 0.0) / 1000.0
-        out[:, base + 11] = power_ok
-        out[:, base + 12] = np.where(carbon_ok, carbon, 0.0) / 1000.0
-        out[:, base + 13] = carbon_ok
+        if wanted("least_allocated", "balanced"):
+            req, alloc = _requested_after(state, pod, nodes)
+            out[:, base + 4] = least_allocated(req, alloc) / MAX_NODE_SCORE
+            out[:, base + 5] = balanced_allocation(req, alloc) / MAX_NODE_SCORE
+        if wanted("power_kw", "power_present", "carbon_kg_per_kwh", "carbon_present"):
+            power = state.power_watts[nodes]
+            carbon = state.carbon_g_per_kwh[nodes]
+            power_ok = np.isfinite(power)
+            carbon_ok = np.isfinite(carbon)
+            out[:, base + 10] = np.where(power_ok, power, 0.0) / 1000.0
+            out[:, base + 11] = power_ok
+            out[:, base + 12] = np.where(carbon_ok, carbon, 0.0) / 1000.0
+            out[:, base + 13] = carbon_ok
         pressure = self._pressure
-        if pressure is None or pressure.size != len(state.gpu_models) + 1:
-            out[:, base + 14] = 0.0  # unprepared (live) scheduler: no target workload to read
-        else:
+        if pressure is not None and pressure.size == len(state.gpu_models) + 1:
+            # (unprepared, live scheduler: no target workload to read, the columns stay 0)
             out[:, base + 14] = pressure[state.gpu_model_id[nodes]]
         out[:, base + 15] = 0.0 if pod.allowed_gpu_models else out[:, base + 14]
         return out, devices

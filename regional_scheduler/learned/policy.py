@@ -1,10 +1,27 @@
 """The learned placement policy's network: one logit per candidate node, permutation-invariant.
 
-Architecture (Deep Sets style; Zaheer et al., NeurIPS '17): for candidate node ``i`` with features
-``x_i`` (``N_NODE``), the pod's features ``p`` (``N_POD``) and the candidates' pooled context
-``c = [mean_j x_j ‖ max_j x_j]`` (``2·N_NODE``),
+**Residual policy over FGD** (checkpoint version 2; Silver et al. 2018, "Residual Policy
+Learning"). The served logit of candidate ``i`` is
 
-    logit_i = w_lin · x_i  +  MLP([x_i ‖ p ‖ c])
+    logit_i = fgd_i + b · squash(g_i)  for i in N = {j : fgd_j > max_k fgd_k − 2b}
+    logit_i = fgd_i − b                otherwise (such a node cannot win)
+
+where ``fgd_i`` is FGD's own integer node score (``FgdPolicy.score``, exactly as the ``fgd``
+baseline computes it), ``b`` the checkpoint's ``residual_bound`` and ``g`` the network below,
+evaluated on the near-best set ``N`` only (its pooled context too). With ``b < 0.5`` the
+correction can only re-order FGD's exactly tied best nodes (FGD sends them to the first in node
+order); with ``0.5 ≤ b < 1`` also the next score bin. With ``g ≡ 0`` every near-best logit equals
+the best FGD score and the scheduler's first-in-order rule picks FGD's own node: the policy *is*
+FGD, and training starts there (:func:`residual_logits`). ``squash(g) = (2/π)·arctan(g)`` maps
+onto (−1, 1) like tanh but saturates slowly, so large corrections keep their order in float64
+(tanh(g) is exactly 1.0 for g ≳ 19, which would turn distinct scores into ties). On a CPU-only cluster FGD scores every
+node alike, so the policy is ``argmax g`` over all candidates.
+
+Architecture of ``g`` (Deep Sets style; Zaheer et al., NeurIPS '17): for candidate node ``i`` with
+features ``x_i`` (``N_NODE``), the pod's features ``p`` (``N_POD``) and the candidates' pooled
+context ``c = [mean_j x_j ‖ max_j x_j]`` (``2·N_NODE``),
+
+    g_i = w_lin · x_i  +  MLP([x_i ‖ p ‖ c])
 
 The MLP is shared across nodes, so the network is independent of the cluster's size and of the
 node order; the linear *heuristic head* ``w_lin`` reads the baselines' scores directly, which makes
@@ -20,6 +37,7 @@ version, and load with ``torch.load(..., weights_only=True)`` only.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +47,36 @@ from torch import nn
 
 from regional_scheduler.learned.features import FEATURE_LAYOUT, N_NODE, N_POD
 
-CHECKPOINT_VERSION = 1
+# 2: residual over FGD (``residual_bound`` in the hyper-parameters). Version 1 files hold a full
+# ranking network whose scores mean something else; they are refused, not reinterpreted.
+CHECKPOINT_VERSION = 2
+READABLE_FOR_CARRY_OVER = (1, 2)
+DEFAULT_RESIDUAL_BOUND = 0.45
+
+
+def near_best(base: np.ndarray, bound: float) -> np.ndarray:
+    """Indices of the candidates a correction bounded by ``bound`` could make the winner."""
+    return np.flatnonzero(base > base.max() - 2.0 * bound)
+
+
+def squash(g: np.ndarray) -> np.ndarray:
+    """``(2/π)·arctan(g)``: monotone onto (−1, 1), order-preserving in float64 far beyond tanh's range."""
+    return np.arctan(g) * (2.0 / np.pi)
+
+
+def residual_logits(base: np.ndarray, bound: float, correction: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """FGD's scores ``base`` plus ``bound · squash(correction(near))`` on the near-best candidates.
+
+    ``correction(idx)`` returns ``g`` for the candidates ``idx`` (the network runs on them only:
+    usually a small share of the feasible nodes). A single near-best node is FGD's choice and the
+    network is not run at all."""
+    near = near_best(base, bound)
+    out = base.astype(np.float64) - bound
+    if near.size == 1:
+        out[near] = base[near]
+        return out
+    out[near] = base[near] + bound * squash(correction(near))
+    return out
 
 
 class CheckpointError(ValueError):
@@ -38,9 +85,13 @@ class CheckpointError(ValueError):
 
 class PlacementNet(nn.Module):
     def __init__(self, n_node: int = N_NODE, n_pod: int = N_POD, hidden: int = 32,
-                 feature_mean: np.ndarray | None = None, feature_std: np.ndarray | None = None) -> None:
+                 feature_mean: np.ndarray | None = None, feature_std: np.ndarray | None = None,
+                 residual_bound: float = DEFAULT_RESIDUAL_BOUND) -> None:
         super().__init__()
+        if not residual_bound > 0:
+            raise ValueError(f"residual_bound must be > 0, got {residual_bound}")
         self.n_node, self.n_pod, self.hidden = n_node, n_pod, hidden
+        self.residual_bound = float(residual_bound)
         self.mlp = nn.Sequential(
             nn.Linear(n_node + n_pod + 2 * n_node, hidden), nn.Tanh(),
             nn.Linear(hidden, hidden), nn.Tanh(),
@@ -115,8 +166,13 @@ class PlacementNet(nn.Module):
             self.mlp_scale.fill_(float(vec[-1]))
 
     # ------------------------------------------------------------------ checkpoints
-    def hyper_parameters(self) -> dict[str, int]:
-        return {"n_node": self.n_node, "n_pod": self.n_pod, "hidden": self.hidden}
+    def hyper_parameters(self) -> dict[str, float]:
+        return {"n_node": self.n_node, "n_pod": self.n_pod, "hidden": self.hidden,
+                "residual_bound": self.residual_bound}
+
+    def zero_correction(self) -> None:
+        """``g ≡ 0``: the residual policy becomes FGD exactly (the search's starting point)."""
+        self.set_search_vector(np.zeros_like(self.search_vector()))
 
 
 def masked_logits(logits: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -153,7 +209,8 @@ def load_checkpoint(path: Path | str) -> tuple[dict[str, PlacementNet], dict[str
         raise CheckpointError(f"{path} is not a Meridian placement checkpoint")
     if payload["version"] != CHECKPOINT_VERSION:
         raise CheckpointError(f"checkpoint {path} has version {payload['version']}; "
-                              f"this build reads version {CHECKPOINT_VERSION}")
+                              f"this build reads version {CHECKPOINT_VERSION} (the residual policy over FGD; "
+                              "version 1 held a full ranking network) — retrain it")
     layout = payload.get("feature_layout")
     if layout != FEATURE_LAYOUT:
         got = layout.get("version") if isinstance(layout, dict) else layout
@@ -164,7 +221,9 @@ def load_checkpoint(path: Path | str) -> tuple[dict[str, PlacementNet], dict[str
             "features — retrain it")
     nets: dict[str, PlacementNet] = {}
     for name, entry in payload["profiles"].items():
-        net = PlacementNet(**entry["hyper_parameters"])
+        hp = dict(entry["hyper_parameters"])
+        net = PlacementNet(n_node=int(hp["n_node"]), n_pod=int(hp["n_pod"]), hidden=int(hp["hidden"]),
+                           residual_bound=float(hp["residual_bound"]))
         try:
             net.load_state_dict(entry["state_dict"])
         except RuntimeError as exc:
@@ -174,22 +233,26 @@ def load_checkpoint(path: Path | str) -> tuple[dict[str, PlacementNet], dict[str
     return nets, payload.get("extra", {})
 
 
-def upgrade_profiles(path: Path | str) -> tuple[dict[str, PlacementNet], dict[str, Any], int]:
-    """The profiles of a checkpoint written for an *older* feature layout, carried over to this
-    one: every node feature the old layout lacks gets zero weight (in the heuristic head and in the
-    MLP's node and pooled-context inputs) and identity normalisation, so the upgraded network gives
-    the old one's scores wherever it is used. Only for ``meridian train placement --merge`` (keeping
-    a profile this run does not retrain); serving still refuses the old file. Requires the same pod
-    features and the old node features as a subset of the new ones. Returns the networks, the
-    checkpoint's ``extra`` and the old layout's version."""
+def upgrade_profiles(path: Path | str, *, residual_bound: float = DEFAULT_RESIDUAL_BOUND,
+                     ) -> tuple[dict[str, PlacementNet], dict[str, Any], int]:
+    """The profiles of a checkpoint written for an *older* feature layout or checkpoint version,
+    carried over to this one: every node feature the old layout lacks gets zero weight (in the
+    heuristic head and in the MLP's node and pooled-context inputs) and identity normalisation, so
+    the upgraded network gives the old one's ``g`` wherever it is used. A version-1 network becomes
+    the correction ``g`` of a residual policy with ``residual_bound``: on a CPU-only cluster (every
+    FGD score equal) that policy ranks exactly as the old network did. Only for
+    ``meridian train placement --merge``/``--init``; serving still refuses the old file. Requires the
+    same pod features and the old node features as a subset of the new ones. Returns the networks,
+    the checkpoint's ``extra`` and the old layout's version."""
     path = Path(path)
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for corrupt or unsafe files
         raise CheckpointError(f"cannot read checkpoint {path}: {exc}") from exc
     layout = payload.get("feature_layout") if isinstance(payload, dict) else None
-    if not isinstance(layout, dict) or payload.get("version") != CHECKPOINT_VERSION:
-        raise CheckpointError(f"{path} is not a Meridian placement checkpoint of version {CHECKPOINT_VERSION}")
+    if not isinstance(layout, dict) or payload.get("version") not in READABLE_FOR_CARRY_OVER:
+        raise CheckpointError(f"{path} is not a Meridian placement checkpoint of version "
+                              f"{' or '.join(map(str, READABLE_FOR_CARRY_OVER))}")
     old_node, new_node = list(layout.get("node", [])), list(FEATURE_LAYOUT["node"])  # type: ignore[call-overload]
     if list(layout.get("pod", [])) != list(FEATURE_LAYOUT["pod"]) or not set(old_node) <= set(new_node):  # type: ignore[call-overload]
         raise CheckpointError(f"checkpoint {path}'s feature layout cannot be carried over to version "
@@ -200,7 +263,7 @@ def upgrade_profiles(path: Path | str) -> tuple[dict[str, PlacementNet], dict[st
         old = entry["state_dict"]
         hp = dict(entry["hyper_parameters"])
         n_old, n_pod = hp["n_node"], hp["n_pod"]
-        net = PlacementNet(hidden=hp["hidden"])
+        net = PlacementNet(hidden=int(hp["hidden"]), residual_bound=float(hp.get("residual_bound", residual_bound)))
         sd = {k: v.clone() for k, v in net.state_dict().items()}
         sd["feature_mean"].zero_()
         sd["feature_std"].fill_(1.0)
@@ -234,6 +297,7 @@ class NumpyPlacementNet:
     def __init__(self, net: PlacementNet) -> None:
         sd = {k: v.detach().numpy().astype(np.float32) for k, v in net.state_dict().items()}
         self.n_node = net.n_node
+        self.residual_bound = net.residual_bound
         self.mean = sd["feature_mean"]
         self.inv_std = (1.0 / sd["feature_std"]).astype(np.float32)
         w0 = sd["mlp.0.weight"]  # (H, n_node + n_pod + 2 n_node)
@@ -248,15 +312,44 @@ class NumpyPlacementNet:
         self.b2 = sd["mlp.4.bias"]
         self.w_lin = np.ascontiguousarray(sd["heuristic_head.weight"].T)  # (n_node, 1)
         self.mlp_scale = float(sd["mlp_scale"])
+        self._head_only()
+
+    def _head_only(self) -> None:
+        """With ``mlp_scale == 0`` the correction is linear: only the head's non-zero columns are read,
+        so serving builds only those features (:attr:`columns`) and skips the MLP and the context."""
+        self.linear = self.mlp_scale == 0.0
+        self.columns = (self.w_lin[:, 0] != 0) if self.linear else np.ones(self.n_node, dtype=bool)
+        used = np.flatnonzero(self.columns)
+        self._used = used
+        self._w_used = np.ascontiguousarray((self.w_lin[used, 0] * self.inv_std[used]).astype(np.float32))
+        self._b_used = float(-(self.mean[used] * self.inv_std[used]) @ self.w_lin[used, 0]) if used.size else 0.0
 
     def with_search_vector(self, vec: np.ndarray) -> NumpyPlacementNet:
         """A copy with another ``[heuristic head ‖ mlp_scale]`` (policy search's candidates)."""
         other = copy.copy(self)
         other.w_lin = np.asarray(vec[:-1], dtype=np.float32).reshape(-1, 1)
         other.mlp_scale = float(vec[-1])
+        other._head_only()
         return other
 
+    def residual(self, base: np.ndarray, node_features: Callable[[np.ndarray], np.ndarray],
+                 pod_features: np.ndarray) -> np.ndarray:
+        """The served logits (:func:`residual_logits`): ``base`` are FGD's scores of the candidates,
+        ``node_features(idx)`` builds the features of candidates ``idx`` only."""
+        return residual_logits(base, self.residual_bound,
+                               lambda idx: self.predict(node_features(idx), pod_features))
+
+    def residual_columns(self, base: np.ndarray, node_features: Callable[[np.ndarray, np.ndarray], np.ndarray],
+                         pod_features: np.ndarray) -> np.ndarray:
+        """:meth:`residual` with ``node_features(idx, columns)`` asked only for :attr:`columns`."""
+        return residual_logits(base, self.residual_bound,
+                               lambda idx: self.predict(node_features(idx, self.columns), pod_features))
+
     def predict(self, node_features: np.ndarray, pod_features: np.ndarray) -> np.ndarray:
+        """The correction ``g`` (the raw network output) of each given node."""
+        if self.linear:
+            # (x − mean) · inv_std · w over the used columns, folded into one weight vector and a bias.
+            return (node_features[:, self._used] @ self._w_used + self._b_used).astype(np.float64)
         x = (node_features - self.mean) * self.inv_std
         ctx = np.concatenate([x.mean(axis=0), x.max(axis=0)])
         # The pod and context terms are the same for every node: one (H,) vector added to all rows.

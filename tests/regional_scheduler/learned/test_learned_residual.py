@@ -1,0 +1,172 @@
+"""The residual policy over FGD, the budget counted instead of enforced, and the fast linear path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from meridian.cluster_state import ClusterState
+from meridian.model import Node, Pod
+from meridian.traces import openb
+from regional_scheduler.bench_placement import BenchInput, run_one
+from regional_scheduler.filters import run_filters
+from regional_scheduler.framework import Scheduler
+from regional_scheduler.learned.features import IDX, N_NODE, FeatureBuilder
+from regional_scheduler.learned.policy import (
+    CheckpointError,
+    NumpyPlacementNet,
+    PlacementNet,
+    load_checkpoint,
+    residual_logits,
+    save_checkpoint,
+)
+from regional_scheduler.learned.serving import LearnedPolicy, LearnedScorer, ServingSettings
+from regional_scheduler.policies.fgd import FgdPolicy
+
+
+@pytest.fixture(scope="module")
+def openb_slice() -> tuple[list[Node], list[Pod], list[Pod]]:
+    """Every 12th openb node (101 nodes) and the default list inflated to their capacity."""
+    nodes = openb.load_nodes()[::12]
+    pods = openb.load_pods(openb.openb_dir() / "openb_pod_list_default.csv")
+    arrivals = openb.inflate_pods(pods, sum(n.allocatable_resources.gpu for n in nodes) * 1000, seed=7)
+    return nodes, pods, arrivals[:900]
+
+
+def _run(policy, nodes: list[Node], workload: list[Pod], arrivals: list[Pod]) -> list[int | None]:
+    scheduler = Scheduler(policy)
+    state = ClusterState.from_nodes(nodes)
+    scheduler.prepare(state, workload)
+    out = []
+    for pod in arrivals:
+        placement = scheduler.place(state, pod)
+        out.append(None if placement is None else placement.node)
+        if placement is not None:
+            state.allocate(pod, placement)
+    return out
+
+
+def _linear_net(weights: dict[str, float], bound: float = 0.45) -> PlacementNet:
+    torch.manual_seed(0)
+    net = PlacementNet(hidden=8, residual_bound=bound)
+    vec = np.zeros(N_NODE + 1)
+    for name, w in weights.items():
+        vec[IDX[name]] = w
+    net.set_search_vector(vec)  # mlp_scale 0: a linear correction
+    return net
+
+
+def test_zero_correction_is_fgd(openb_slice) -> None:
+    nodes, workload, arrivals = openb_slice
+    torch.manual_seed(1)
+    net = PlacementNet(hidden=8)
+    with torch.no_grad():
+        net.heuristic_head.weight.normal_()  # whatever the network was, zeroing the correction gives FGD
+    net.zero_correction()
+    learned = LearnedPolicy(ServingSettings(enforce_budget=False), scorer=LearnedScorer({"gpu": net}))
+    assert _run(learned, nodes, workload, arrivals) == _run(FgdPolicy(), nodes, workload, arrivals)
+
+
+def test_a_correction_changes_only_the_order_of_fgds_best(openb_slice) -> None:
+    nodes, workload, arrivals = openb_slice
+    net = _linear_net({"best_fit_leftover": -1.0, "free_gpu_frac": 0.3})
+    scorer = LearnedScorer({"gpu": net})
+    fgd = FgdPolicy()
+    state = ClusterState.from_nodes(nodes)
+    scorer.prepare(state, workload)
+    fgd.prepare(state, workload)
+    moved = 0
+    for pod in arrivals:
+        mask, _ = run_filters(state, pod)
+        cand = np.flatnonzero(mask)
+        if cand.size == 0:
+            continue
+        base = fgd.score(state, pod, cand).scores
+        served = scorer.score(state, pod, cand).scores
+        pick = int(np.argmax(served))
+        # bound 0.45 < 0.5: the chosen node always has FGD's best integer score
+        assert base[pick] == base.max()
+        moved += pick != int(np.argmax(base))
+        state.allocate(pod, state.choose_devices(int(cand[pick]), pod))
+    assert moved > 0, "the correction never re-ranked a tie: the test would not catch a no-op"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(base=st.lists(st.integers(0, 100), min_size=1, max_size=40), seed=st.integers(0, 2**16),
+       bound=st.floats(0.05, 1.5))
+def test_residual_logits_bound(base: list[int], seed: int, bound: float) -> None:
+    b = np.asarray(base, dtype=np.float64)
+    g = np.random.default_rng(seed).normal(scale=5.0, size=b.size)
+    out = residual_logits(b, bound, lambda idx: g[idx])
+    assert np.all(np.abs(out - b) <= bound + 1e-12)  # never more than the bound away from FGD
+    winner = int(np.argmax(out))
+    assert b[winner] > b.max() - 2 * bound  # only a near-best node can win
+    assert np.array_equal(residual_logits(b, bound, lambda idx: np.zeros(idx.size)).argmax(), b.argmax())
+
+
+def test_linear_fast_path_equals_torch_and_reads_only_its_columns(openb_slice) -> None:
+    nodes, workload, arrivals = openb_slice
+    net = _linear_net({"best_fit_leftover": -0.7, "fgd_delta_gpus": 0.2, "model_pressure_free_pod": -0.4})
+    with torch.no_grad():
+        net.feature_mean.normal_()
+        net.feature_std.uniform_(0.5, 2.0)
+    fast = NumpyPlacementNet(net)
+    assert fast.linear and set(np.flatnonzero(fast.columns)) == {IDX["best_fit_leftover"], IDX["fgd_delta_gpus"],
+                                                                  IDX["model_pressure_free_pod"]}
+    state = ClusterState.from_nodes(nodes)
+    builder = FeatureBuilder()
+    builder.prepare(state, workload)
+    pod = next(p for p in arrivals if p.requests.gpu_milli)
+    cand = np.flatnonzero(run_filters(state, pod)[0])
+    full, _ = builder.node_features(state, pod, cand)
+    part, _ = builder.node_features(state, pod, cand, fast.columns)
+    np.testing.assert_array_equal(part[:, fast.columns], full[:, fast.columns])
+    p = builder.pod_features(state, pod, cand.size)
+    np.testing.assert_allclose(fast.predict(part, p), net.predict(full, p), rtol=1e-4, atol=1e-5)
+
+
+def test_budget_counted_not_enforced(untrained_nets, small_gpu_cluster, small_workload) -> None:
+    generous = LearnedPolicy(ServingSettings(budget_ms=60_000), scorer=LearnedScorer(untrained_nets))
+    counted = LearnedPolicy(ServingSettings(budget_ms=1e-6, enforce_budget=False),
+                            scorer=LearnedScorer(untrained_nets))
+    enforced = LearnedPolicy(ServingSettings(budget_ms=1e-6), scorer=LearnedScorer(untrained_nets))
+    model = _run(generous, small_gpu_cluster, small_workload, small_workload)
+    assert _run(counted, small_gpu_cluster, small_workload, small_workload) == model  # the model decided
+    assert counted.over_budget == len(small_workload) and counted.fallback_count == {}
+    _run(enforced, small_gpu_cluster, small_workload, small_workload)
+    assert enforced.over_budget == len(small_workload)
+    assert enforced.fallback_count == {"timeout": len(small_workload)}
+
+
+def test_enforce_budget_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ServingSettings.from_env().enforce_budget is True
+    monkeypatch.setenv("MERIDIAN_LEARNED_ENFORCE_BUDGET", "0")
+    assert ServingSettings.from_env().enforce_budget is False
+
+
+def test_bench_reports_over_budget_decisions_instead_of_falling_back(tmp_path: Path, untrained_nets,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "p.pt"
+    save_checkpoint(path, untrained_nets)
+    monkeypatch.setenv("MERIDIAN_LEARNED_CHECKPOINT", str(path))
+    monkeypatch.setenv("MERIDIAN_LEARNED_BUDGET_MS", "0.000001")  # every decision is over budget
+    from meridian.simulator import seed_cluster
+
+    result = run_one(BenchInput("seed-50x200", seed_cluster(), []), "learned", 0)
+    assert result.final["over_budget_decisions"] == result.n_arrived - result.n_failed > 0
+    assert result.final["fallback_decisions"] == 0
+
+
+def test_version_1_checkpoint_is_refused_with_the_reason(tmp_path: Path, untrained_nets) -> None:
+    path = tmp_path / "v1.pt"
+    save_checkpoint(path, untrained_nets)
+    payload = torch.load(path, weights_only=True)
+    payload["version"] = 1
+    torch.save(payload, path)
+    with pytest.raises(CheckpointError, match=r"version 1.*reads version 2.*residual policy over FGD"):
+        load_checkpoint(path)
