@@ -177,6 +177,7 @@ def publish_clusters(redis_url: str, prefix: str, clusters: int) -> None:
 def run_api_bench(*, redis_url: str, rate: float = 1200.0, duration_s: float = 10.0, clients: int = 2,
                   clusters: int = 10, policy: str = "gnn",
                   gil_switch_interval_ms: float | None = 0.5) -> ApiBenchResult:
+    from global_scheduler.store import WORKLOADS_KEY
     from meridian.bus import dispatch_stream, open_bus
     from protos import dispatch_pb2 as dpb
 
@@ -222,7 +223,7 @@ def run_api_bench(*, redis_url: str, rate: float = 1200.0, duration_s: float = 1
     accepted = set(ids)
     for i in range(clusters):
         bus.delete(dispatch_stream(f"bench-{i}"))
-    bus.delete("meridian:summary")
+    bus.delete("meridian:summary", WORKLOADS_KEY)
     bus.close()
     lat = latencies if latencies.size else np.zeros(1)
     res = ApiBenchResult(

@@ -76,7 +76,7 @@ class GlobalScheduler:
         self.bus = bus
         self.clock = clock
         self.instance = instance or f"global-{uuid.uuid4().hex[:8]}"
-        self.store = WorkloadStore()
+        self.store = WorkloadStore(bus if settings.store.persist else None)
         self.registry = ClusterRegistry(cluster_timeout_s=settings.registry.cluster_timeout_s,
                                         default_rtt_ms=settings.registry.default_rtt_ms)
         if policy is None:
@@ -101,11 +101,29 @@ class GlobalScheduler:
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         self.bus.ensure_group(SUMMARY_STREAM, self.instance, start_id="0")
+        self.resume()
         for name, target in (("router", self._router_loop), ("summaries", self._summary_loop),
                              ("events", self._events_loop), ("sweeper", self._sweep_loop)):
             t = threading.Thread(target=self._guard(name, target), name=f"{self.instance}-{name}", daemon=True)
             t.start()
             self._threads.append(t)
+
+    def resume(self) -> int:
+        """Load what a previous run accepted and requeue its pending workloads (deferred ones wait for their
+        hour). Workloads already on a cluster continue from the events that cluster sends."""
+        restored = self.store.restore()
+        pending = 0
+        for w in restored:
+            if w.state != api.WORKLOAD_STATE_PENDING:
+                continue
+            pending += 1
+            if w.not_before_unix_s > self.clock():
+                self._hold(w.id, w.not_before_unix_s)
+            else:
+                self.enqueue(w.id)
+        if restored:
+            log.info("restored %d workloads (%d pending) from the store", len(restored), pending)
+        return len(restored)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
@@ -310,6 +328,14 @@ class GlobalScheduler:
             obs.POLICY_FALLBACKS.labels(component="global", policy=self.policy_name, reason="model unavailable").inc(
                 fallbacks - self._fallbacks_seen)
             self._fallbacks_seen = fallbacks
+        if outgoing:
+            # The attempts are durable before any cluster hears of them (a restart never dispatches twice).
+            try:
+                self.store.flush()
+            except (BusUnavailableError, BusError) as exc:
+                for cluster, items in outgoing.items():
+                    self._requeue(cluster, items, f"store unavailable ({exc})")
+                return
         for cluster, items in outgoing.items():
             try:
                 self.bus.publish_many(dispatch_stream(cluster), [p for _, _, p in items],
@@ -317,11 +343,14 @@ class GlobalScheduler:
                 self.dispatched_total += len(items)
                 obs.PLACEMENTS.labels(component="global", cluster=cluster, policy=self.policy_name).inc(len(items))
             except (BusUnavailableError, BusError) as exc:
-                log.warning("dispatch to %s failed (%s); requeueing %d workloads", cluster, exc, len(items))
-                for wid, attempt, _ in items:
-                    self.store.update(wid, expect_attempt=attempt, state=api.WORKLOAD_STATE_PENDING,
-                                      attempt=attempt - 1, message=f"dispatch to {cluster} failed; retrying")
-                    self._hold(wid, self.clock() + 1.0)
+                self._requeue(cluster, items, str(exc))
+
+    def _requeue(self, cluster: str, items: list[tuple[str, int, bytes]], why: str) -> None:
+        log.warning("dispatch to %s failed (%s); requeueing %d workloads", cluster, why, len(items))
+        for wid, attempt, _ in items:
+            self.store.update(wid, expect_attempt=attempt, state=api.WORKLOAD_STATE_PENDING,
+                              attempt=attempt - 1, message=f"dispatch to {cluster} failed; retrying")
+            self._hold(wid, self.clock() + 1.0)
 
     def _publish_release(self, cluster: str, wid: str, attempt: int, reason: str) -> None:
         msg = dpb.DispatchMessage(cluster=cluster, release=dpb.ReleaseWorkload(workload_id=wid, attempt=attempt,
@@ -410,6 +439,7 @@ class GlobalScheduler:
                         continue
                     self.apply_event(event)
                 if entries:
+                    self.store.flush()  # the news is durable before the cluster's entry is acknowledged
                     self.bus.ack(stream, EVENTS_GROUP, [e.entry_id for e in entries])
             if not got:
                 self._stop.wait(0.05)
@@ -433,6 +463,7 @@ class GlobalScheduler:
     # ------------------------------------------------------------------ liveness
     def _sweep_loop(self) -> None:
         while not self._stop.wait(self.settings.registry.sweep_interval_s):
+            self.store.flush()  # everything else that changed (cancels, deferrals, messages)
             for cluster in self.registry.sweep(self.clock()):
                 log.warning("cluster %s stopped reporting; rerouting its workloads", cluster)
                 for wid in self.store.on_cluster(cluster):

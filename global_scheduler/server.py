@@ -31,6 +31,7 @@ from global_scheduler.scheduler import GlobalScheduler
 from global_scheduler.settings import GlobalSchedulerSettings
 from global_scheduler.store import IdempotencyConflictError
 from global_scheduler.validation import InvalidArgumentError, validate_submit
+from meridian.bus import BusError, BusUnavailableError
 from protos import global_api_pb2 as api
 from protos import global_api_pb2_grpc as api_grpc
 
@@ -66,6 +67,9 @@ class GlobalSchedulerServicer(api_grpc.GlobalSchedulerServicer):
                    field="spec.requests", reason="NO_CLUSTER_CAN_FIT")
         try:
             workload, created = self.engine.store.create(spec, parsed, request.idempotency_key)
+        except (BusUnavailableError, BusError) as exc:
+            _abort(context, grpc.StatusCode.UNAVAILABLE, f"workload store unavailable ({exc}); nothing was kept, "
+                   "retry with the same idempotency_key", reason="STORE_UNAVAILABLE")
         except IdempotencyConflictError as exc:
             _abort(context, grpc.StatusCode.ALREADY_EXISTS, str(exc), field="idempotency_key",
                    reason="IDEMPOTENCY_KEY_REUSED", workload_id=exc.workload_id)

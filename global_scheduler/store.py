@@ -3,18 +3,32 @@
 One lock guards the maps; every change bumps the record's version and notifies a condition that
 ``WatchWorkload`` streams wait on. Records are kept as protobuf ``Workload`` messages so the API returns
 them without conversion (copies are handed out, never the stored message).
+
+Durability: with a bus, every record is also kept in the hash ``meridian:workloads`` (Redis). A new
+workload is written *before* ``SubmitWorkload`` answers, so an accepted workload and its idempotency key
+survive a restart of the scheduler (the same key after a restart still gives the same workload, never
+two). Later changes mark the record dirty and :meth:`WorkloadStore.flush` writes all dirty records in one
+round trip; the engine flushes before it publishes a dispatch and before it acknowledges events, so what
+Redis holds is never behind what the clusters were told. Not kept: excluded clusters of a workload
+(a rejecting cluster may be tried once more after a restart).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from global_scheduler.validation import ParsedRequests
+from global_scheduler.validation import ParsedRequests, parse_requests
+from meridian.bus import StreamBus
 from protos import global_api_pb2 as api
+
+log = logging.getLogger(__name__)
+
+WORKLOADS_KEY = "meridian:workloads"
 
 TERMINAL = frozenset({api.WORKLOAD_STATE_FAILED, api.WORKLOAD_STATE_CANCELLED})
 ACTIVE_ON_CLUSTER = frozenset({api.WORKLOAD_STATE_DISPATCHED, api.WORKLOAD_STATE_SCHEDULED,
@@ -37,12 +51,15 @@ class Entry:
 
 
 class WorkloadStore:
-    def __init__(self) -> None:
+    def __init__(self, bus: StreamBus | None = None) -> None:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._entries: dict[str, Entry] = {}
         self._order: list[str] = []
         self._by_key: dict[str, str] = {}
+        self._bus = bus
+        self._dirty: set[str] = set()
+        self._flush_lock = threading.Lock()  # one flush at a time: a late older snapshot must not win
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -64,6 +81,9 @@ class WorkloadStore:
             w = api.Workload(id=wid, state=api.WORKLOAD_STATE_PENDING, created_unix_s=now_s, updated_unix_s=now_s,
                              idempotency_key=idempotency_key, message="accepted; waiting for routing")
             w.spec.CopyFrom(spec)
+            if self._bus is not None:
+                # Raises BusUnavailableError before anything is kept: the caller answers UNAVAILABLE.
+                self._bus.hash_set(WORKLOADS_KEY, {wid: w.SerializeToString()})
             self._entries[wid] = Entry(w, requests, spec_bytes)
             self._order.append(wid)
             if idempotency_key:
@@ -106,8 +126,57 @@ class WorkloadStore:
                     setattr(w, name, value)
             w.updated_unix_s = time.time()
             entry.version += 1
+            if self._bus is not None:
+                self._dirty.add(wid)
             self._changed.notify_all()
             return self._copy(w) if copy else w
+
+    def flush(self) -> int:
+        """Write every changed record in one round trip; returns how many. On a bus error they stay dirty."""
+        if self._bus is None:
+            return 0
+        with self._flush_lock:
+            with self._lock:
+                if not self._dirty:
+                    return 0
+                items = {wid: self._entries[wid].workload.SerializeToString() for wid in self._dirty}
+                self._dirty.clear()
+            try:
+                self._bus.hash_set(WORKLOADS_KEY, items)
+            except Exception:
+                with self._lock:
+                    self._dirty.update(items)
+                raise
+            return len(items)
+
+    def dirty(self) -> int:
+        with self._lock:
+            return len(self._dirty)
+
+    def restore(self) -> list[api.Workload]:
+        """Load the records a previous run kept (submission order). A record that cannot be read is logged
+        and skipped, never fatal."""
+        if self._bus is None:
+            return []
+        loaded: list[tuple[api.Workload, ParsedRequests]] = []
+        for wid, raw in self._bus.hash_items(WORKLOADS_KEY):
+            try:
+                w = api.Workload.FromString(raw)
+                if w.id != wid:
+                    raise ValueError(f"record holds workload {w.id!r}")
+                loaded.append((w, parse_requests(w.spec.requests)))
+            except Exception as exc:
+                log.error("workload record %s in %s is unreadable (%s); skipped", wid, WORKLOADS_KEY, exc)
+        loaded.sort(key=lambda item: (item[0].created_unix_s, item[0].id))
+        with self._lock:
+            for w, requests in loaded:
+                if w.id in self._entries:
+                    continue
+                self._entries[w.id] = Entry(w, requests, w.spec.SerializeToString(deterministic=True))
+                self._order.append(w.id)
+                if w.idempotency_key:
+                    self._by_key[w.idempotency_key] = w.id
+        return [self._copy(w) for w, _ in loaded]
 
     def excluded(self, wid: str) -> set[str]:
         with self._lock:

@@ -15,7 +15,7 @@ Semantics, shared by the Redis and in-process implementations:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from protos import telemetry_pb2
@@ -70,6 +70,14 @@ class StreamBus(Protocol):
     def set_value(self, key: str, value: bytes) -> None: ...
 
     def get_value(self, key: str) -> bytes | None: ...
+
+    def hash_set(self, key: str, items: Mapping[str, bytes]) -> None:
+        """Set fields of the hash ``key`` in one round trip (durable records, e.g. accepted workloads)."""
+        ...
+
+    def hash_items(self, key: str) -> list[tuple[str, bytes]]:
+        """Every (field, value) of the hash ``key``; empty if it does not exist."""
+        ...
 
     def delete(self, *keys: str) -> None: ...
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from meridian.bus.base import (
@@ -53,6 +53,7 @@ class InProcessStreamBus:
         self._clock_ms = clock_ms or (lambda: time.time() * 1000)
         self._streams: dict[str, _Stream] = {}
         self._values: dict[str, bytes] = {}
+        self._hashes: dict[str, dict[str, bytes]] = {}
         self._lock = threading.Lock()
         self._appended = threading.Condition(self._lock)
 
@@ -195,11 +196,20 @@ class InProcessStreamBus:
         with self._lock:
             return self._values.get(self.key_prefix + key)
 
+    def hash_set(self, key: str, items: Mapping[str, bytes]) -> None:
+        with self._lock:
+            self._hashes.setdefault(self.key_prefix + key, {}).update({k: bytes(v) for k, v in items.items()})
+
+    def hash_items(self, key: str) -> list[tuple[str, bytes]]:
+        with self._lock:
+            return list(self._hashes.get(self.key_prefix + key, {}).items())
+
     def delete(self, *keys: str) -> None:
         with self._lock:
             for key in keys:
                 self._streams.pop(self.key_prefix + key, None)
                 self._values.pop(self.key_prefix + key, None)
+                self._hashes.pop(self.key_prefix + key, None)
 
     def ping(self) -> bool:
         return True

@@ -28,7 +28,7 @@ Hazards
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis
@@ -274,6 +274,19 @@ class RedisStreamBus:
 
     def get_value(self, key: str) -> bytes | None:
         return self._call("GET", self._key(key))
+
+    def hash_set(self, key: str, items: Mapping[str, bytes]) -> None:
+        if items:
+            self._call("HSET", self._key(key), *(x for kv in items.items() for x in kv))
+
+    def hash_items(self, key: str) -> list[tuple[str, bytes]]:
+        out: list[tuple[str, bytes]] = []
+        cursor: bytes | int = 0
+        while True:  # HSCAN, not HGETALL: a large store must not block Redis in one reply
+            cursor, flat = self._call("HSCAN", self._key(key), cursor, "COUNT", 1000)
+            out.extend((f.decode(), v) for f, v in zip(flat[::2], flat[1::2], strict=True))
+            if cursor in (b"0", 0):
+                return out
 
     def delete(self, *keys: str) -> None:
         if keys:

@@ -171,6 +171,16 @@ def test_values_round_trip(bus: StreamBus) -> None:
     assert bus.ping()
 
 
+def test_hash_round_trip_beyond_one_scan_page(bus: StreamBus) -> None:
+    assert bus.hash_items("meridian:workloads") == []
+    bus.hash_set("meridian:workloads", {f"w{i}": bytes([i % 256]) * 3 for i in range(2500)})
+    bus.hash_set("meridian:workloads", {"w7": b"updated"})
+    items = dict(bus.hash_items("meridian:workloads"))
+    assert len(items) == 2500 and items["w7"] == b"updated" and items["w300"] == bytes([300 % 256]) * 3
+    bus.delete("meridian:workloads")
+    assert bus.hash_items("meridian:workloads") == []
+
+
 def test_blocking_read_returns_empty_after_timeout(bus: StreamBus) -> None:
     bus.ensure_group(STREAM, "g")
     assert bus.read_group(STREAM, "g", "c", count=10, block_ms=50) == []

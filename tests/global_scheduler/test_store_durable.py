@@ -1,0 +1,94 @@
+"""Accepted workloads survive a restart of the global scheduler (real gRPC server, real Redis).
+
+The idempotency promise — the same key gives the same workload, never two — must hold across a restart,
+and a workload still pending when the scheduler stopped must be routed by the next one.
+"""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from test_global_api import AUTH, spec, wait_state
+
+from global_scheduler.errors import error_details
+from global_scheduler.scheduler import GlobalScheduler
+from global_scheduler.server import build_server
+from global_scheduler.settings import GlobalSchedulerSettings
+from global_scheduler.store import WORKLOADS_KEY, WorkloadStore
+from global_scheduler.validation import parse_requests
+from meridian.bus import open_bus
+from protos import global_api_pb2 as api
+from protos import global_api_pb2_grpc as api_grpc
+
+
+def _restart(fed) -> tuple[GlobalScheduler, api_grpc.GlobalSchedulerStub, object]:
+    """Stop the API and engine (clusters keep running) and start new ones on the same Redis keys."""
+    settings = fed.engine.settings
+    fed.server.stop(0.2)
+    engine = GlobalScheduler(settings=settings, bus=open_bus(settings.bus.url, key_prefix=settings.bus.key_prefix))
+    running = build_server(engine)
+    fed.server = running  # the fixture stops whatever server the federation holds at teardown
+    fed.engine = engine
+    return engine, api_grpc.GlobalSchedulerStub(grpc.insecure_channel(f"127.0.0.1:{running.port}")), running
+
+
+def test_idempotency_and_state_survive_a_restart(federation) -> None:
+    fed = federation()
+    stub = fed.stub()
+    first = stub.SubmitWorkload(api.SubmitWorkloadRequest(spec=spec(), idempotency_key="order-1"), metadata=AUTH)
+    running = wait_state(stub, first.id, api.WORKLOAD_STATE_RUNNING)
+
+    engine, stub2, _ = _restart(fed)
+    assert len(engine.store) == 1
+    got = stub2.GetWorkload(api.GetWorkloadRequest(id=first.id), metadata=AUTH)
+    assert (got.state, got.cluster, got.attempt) == (api.WORKLOAD_STATE_RUNNING, running.cluster, running.attempt)
+    again = stub2.SubmitWorkload(api.SubmitWorkloadRequest(spec=spec(), idempotency_key="order-1"), metadata=AUTH)
+    assert again.id == first.id and len(engine.store) == 1
+    with pytest.raises(grpc.RpcError) as err:  # the key is still bound to the first spec
+        stub2.SubmitWorkload(api.SubmitWorkloadRequest(spec=spec(replicas=3), idempotency_key="order-1"),
+                             metadata=AUTH)
+    assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS and error_details(err.value).workload_id == first.id
+    # Nothing was dispatched a second time: the restarted engine has routed nothing.
+    assert engine.dispatched_total == 0
+
+
+def test_pending_workload_is_routed_after_a_restart(federation) -> None:
+    fed = federation()
+    settings = fed.engine.settings
+    # A workload accepted by a scheduler that stopped before routing it: only the store's record exists.
+    store = WorkloadStore(open_bus(settings.bus.url, key_prefix=settings.bus.key_prefix))
+    w, created = store.create(spec(name="left-behind"), parse_requests(spec().requests), "k-left")
+    assert created
+    engine, stub2, _ = _restart(fed)
+    assert wait_state(stub2, w.id, api.WORKLOAD_STATE_RUNNING).attempt == 1
+    assert engine.dispatched_total == 1
+
+
+def test_unreadable_record_is_skipped(redis_url: str, key_prefix: str) -> None:
+    bus = open_bus(redis_url, key_prefix=key_prefix)
+    good = WorkloadStore(bus)
+    w, _ = good.create(spec(), parse_requests(spec().requests), "k")
+    bus.hash_set(WORKLOADS_KEY, {"broken": b"\xff\x00not a workload"})
+    restored = WorkloadStore(bus).restore()
+    assert [r.id for r in restored] == [w.id]
+
+
+def test_submit_while_redis_is_down_keeps_nothing(redis_server) -> None:
+    settings = GlobalSchedulerSettings(api={"listen": "127.0.0.1:0"}, bus={"url": redis_server.url},
+                                       routing={"policy": "karmada"})
+    engine = GlobalScheduler(settings=settings, bus=open_bus(redis_server.url))
+    running = build_server(engine)
+    try:
+        stub = api_grpc.GlobalSchedulerStub(grpc.insecure_channel(f"127.0.0.1:{running.port}"))
+        redis_server.kill()
+        with pytest.raises(grpc.RpcError) as err:
+            stub.SubmitWorkload(api.SubmitWorkloadRequest(spec=spec(), idempotency_key="k"), timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert error_details(err.value).reason == "STORE_UNAVAILABLE"
+        assert len(engine.store) == 0
+        redis_server.start()  # same port: the retry with the same key is accepted once
+        first = stub.SubmitWorkload(api.SubmitWorkloadRequest(spec=spec(), idempotency_key="k"), timeout=10)
+        again = stub.SubmitWorkload(api.SubmitWorkloadRequest(spec=spec(), idempotency_key="k"), timeout=10)
+        assert first.id == again.id and len(engine.store) == 1
+    finally:
+        running.stop(0.2)
