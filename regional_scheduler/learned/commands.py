@@ -42,9 +42,10 @@ def train_placement(
     max_minutes: float = typer.Option(14.0, help="wall-time cap for the whole run; a safety net — the "
                                                  "step budgets normally end the search"),
     merge: bool = typer.Option(False, help="keep the profiles of an existing --out that this run does not train"),
-    init: Path | None = typer.Option(None, help="start the GPU profile's policy search from this checkpoint's gpu "
-                                                "profile (an older feature layout is carried over with zero weight "
-                                                "on the new features) instead of imitation"),
+    init: Path | None = typer.Option(None, help="start each trained profile's policy search from this checkpoint's "
+                                                "profile of the same name (an older feature layout or version is "
+                                                "carried over with zero weight on the new features) instead of "
+                                                "imitation"),
     augment: float = typer.Option(0.8, min=0.0, max=1.0,
                                   help="share of GPU-profile training episodes whose pod list gets random "
                                        "GPU-model constraints (regional_scheduler/learned/augment.py); 0 = off"),
@@ -55,6 +56,8 @@ def train_placement(
                                   help="start the GPU search from a zero correction, i.e. from FGD itself "
                                        "(the network's normalisation and MLP come from --init or imitation)"),
     sigma: float = typer.Option(0.2, min=1e-4, help="ES perturbation scale (GPU profile)"),
+    cpu_unplaced_penalty: float = typer.Option(1.5, min=0.0, help="CPU profile: return lost per pod that fits "
+                                               "nowhere (reward.CPU_REWARD's default 1.5)"),
     search_features: str = typer.Option("correction", help="GPU profile: node features whose head weights the "
                                         "search moves — 'correction' (algorithm.CORRECTION_FEATURES: a linear, "
                                         "cheap correction), 'all' (head and MLP scale) or a comma-separated list"),
@@ -117,11 +120,27 @@ def train_placement(
                 result.log["augment"] = {"p": augment, "share_of_gpu_pods": [0.05, 0.35]}
                 result.log["residual"] = {"bound": residual_bound, "start": "fgd" if from_fgd else "init head"}
             else:
+                cpu_init = None
+                if init is not None:
+                    from regional_scheduler.learned.policy import (
+                        CheckpointError,
+                        load_checkpoint,
+                        upgrade_profiles,
+                    )
+
+                    try:
+                        cpu_init = load_checkpoint(init)[0]["cpu"]
+                    except CheckpointError:
+                        cpu_init = upgrade_profiles(init)[0]["cpu"]
+                cpu_reward = CPU_REWARD.model_copy(update={"unplaced_penalty": cpu_unplaced_penalty})
                 result = algorithm.train_profile(
-                    episodes=algorithm.seed_episodes(), teacher="best-fit", reward=CPU_REWARD, bc_episodes=10,
+                    episodes=algorithm.seed_episodes(), teacher="best-fit", reward=cpu_reward, bc_episodes=10,
                     bc_every=1, bc_epochs=6, es_steps=budget, es_max_seconds=share, pairs=6, sigma=1.0,
-                    learning_rate=0.3, episodes_per_eval=2, validation_episodes=10, seed=seed, on_progress=report)
+                    learning_rate=0.3, episodes_per_eval=2, validation_episodes=10, seed=seed, on_progress=report,
+                    init=cpu_init)
                 result.log["scenario"] = "seed-50x200, seeds 1000+ (the benchmark uses 0-9)"
+                result.log["unplaced_penalty"] = cpu_unplaced_penalty
+                result.log["init"] = str(init) if init is not None else None
             nets[profile], logs[profile] = result.net, result.log
             progress.update(task, completed=budget)
     trained_on = {"gpu": names, "cpu": "seed-50x200 seeds 1000+"}

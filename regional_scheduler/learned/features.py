@@ -103,95 +103,146 @@ def _frac(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return np.where(den > 0, num / np.maximum(den, 1), 0.0)
 
 
+# Columns that do not depend on the pod being placed: kept per node in a cache refreshed only for
+# nodes whose ``node_version`` moved (one node per placement), like FGD's fragmentation cache.
+_STATIC_COLUMNS: tuple[str, ...] = (
+    "free_cpu_frac", "free_mem_frac", "free_gpu_frac", "free_cpu_abs", "free_gpu_abs", "gpu_count_abs",
+    "idle_gpus_abs", "partial_gpus_abs", "max_device_free", *(f"device_free_sorted_{d}" for d in range(MAX_GPUS)),
+    "node_unused", "model_pressure",
+)
+_STATIC = np.array([name in _STATIC_COLUMNS for name in NODE_FEATURES])
+_B = 15 + MAX_GPUS  # first column after the sorted devices
+
+
+class _NodeCache:
+    """Per-node quantities that change only when a pod lands on (or leaves) the node."""
+
+    def __init__(self, state: ClusterState) -> None:
+        n = state.n_nodes
+        self.state = state
+        self.version = np.full(n, -1, dtype=np.int64)
+        self.static = np.zeros((n, N_NODE), dtype=np.float32)
+        self.free_cpu = np.zeros(n)
+        self.free_mem = np.zeros(n)
+        self.gpu_free_total = np.zeros(n)
+        self.idle = np.zeros(n)
+        self.gpu_cap = (state.gpu_count * MILLI_GPU_PER_DEVICE).astype(np.float64)
+
+
 class FeatureBuilder:
     """Builds features for one cluster; owns the FGD fragmentation cache it reads deltas from."""
 
     def __init__(self) -> None:
         self.fgd = FgdPolicy()
         self._pressure: np.ndarray | None = None
+        self._cache: _NodeCache | None = None
 
     def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
         self.fgd.prepare(state, workload)
         self._pressure = model_pressure(state, workload)
+        self._cache = None
+
+    def _refresh(self, state: ClusterState) -> _NodeCache:
+        cache = self._cache
+        if cache is None or cache.state is not state or cache.version.size != state.n_nodes:
+            cache = self._cache = _NodeCache(state)
+        stale = np.flatnonzero(cache.version != state.node_version)
+        if stale.size:
+            self._fill(state, cache, stale)
+            cache.version[stale] = state.node_version[stale]
+        return cache
+
+    def _fill(self, state: ClusterState, cache: _NodeCache, nodes: np.ndarray) -> None:
+        alloc_cpu = state.alloc_milli_cpu[nodes]
+        alloc_mem = state.alloc_memory_bytes[nodes]
+        free_cpu = alloc_cpu - state.req_milli_cpu[nodes]
+        free_mem = alloc_mem - state.req_memory_bytes[nodes]
+        gpu_free = state.gpu_free_milli[nodes]
+        exists = state.gpu_exists[nodes]
+        gpu_cap = cache.gpu_cap[nodes]
+        gpu_free_total = gpu_free.sum(axis=1)
+        idle = ((gpu_free == MILLI_GPU_PER_DEVICE) & exists).sum(axis=1)
+        partial = ((gpu_free > 0) & (gpu_free < MILLI_GPU_PER_DEVICE) & exists).sum(axis=1)
+        cache.free_cpu[nodes] = free_cpu
+        cache.free_mem[nodes] = free_mem
+        cache.gpu_free_total[nodes] = gpu_free_total
+        cache.idle[nodes] = idle
+        out = np.zeros((nodes.size, N_NODE), dtype=np.float32)
+        out[:, 0] = _frac(free_cpu, alloc_cpu)
+        out[:, 1] = _frac(free_mem, alloc_mem)
+        out[:, 2] = _frac(gpu_free_total, gpu_cap)
+        out[:, 3] = free_cpu / MAX_SPEC_MILLI_CPU
+        out[:, 4] = gpu_free_total / MAX_SPEC_GPU_MILLI
+        out[:, 5] = gpu_cap / MAX_SPEC_GPU_MILLI
+        out[:, 6] = idle / MAX_GPUS
+        out[:, 7] = partial / MAX_GPUS
+        out[:, 8] = gpu_free.max(axis=1) / MILLI_GPU_PER_DEVICE
+        out[:, 15:15 + MAX_GPUS] = -np.sort(-gpu_free, axis=1) / MILLI_GPU_PER_DEVICE
+        out[:, _B + 6] = (state.req_milli_cpu[nodes] == 0) & (gpu_free_total == gpu_cap)
+        pressure = self._pressure
+        if pressure is not None and pressure.size == len(state.gpu_models) + 1:
+            # (unprepared, live scheduler: no target workload to read, the column stays 0)
+            out[:, _B + 14] = pressure[state.gpu_model_id[nodes]]
+        cache.static[nodes] = out
 
     def node_features(self, state: ClusterState, pod: Pod, nodes: np.ndarray,
                       columns: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(k, N_NODE)`` features of candidate ``nodes`` and FGD's device choice per node.
 
-        ``columns`` (bool ``(N_NODE,)``): build only these columns, the others are 0 — serving asks
-        only for what the network reads (a linear correction reads a few columns; the hot path's
-        cost is dominated by the device sort and the resource-allocation scores it then skips).
+        The pod-independent columns come from a per-node cache (:class:`_NodeCache`); the others are
+        computed here. ``columns`` (bool ``(N_NODE,)``): compute only these pod-dependent columns
+        (the others not asked for are 0) — serving asks only for what the network reads.
         """
         need = np.ones(N_NODE, dtype=bool) if columns is None else columns
 
         def wanted(*names: str) -> bool:
             return bool(need[[IDX[n] for n in names]].any())
 
+        cache = self._refresh(state)
         r = pod.requests
-        k = nodes.size
-        out = np.zeros((k, N_NODE), dtype=np.float32)
-        alloc_cpu = state.alloc_milli_cpu[nodes]
-        alloc_mem = state.alloc_memory_bytes[nodes]
-        free_cpu = alloc_cpu - state.req_milli_cpu[nodes]
-        free_mem = alloc_mem - state.req_memory_bytes[nodes]
-        out[:, 0] = _frac(free_cpu, alloc_cpu)
-        out[:, 1] = _frac(free_mem, alloc_mem)
-        out[:, 3] = free_cpu / MAX_SPEC_MILLI_CPU
-        out[:, 9] = _frac(free_cpu - r.milli_cpu, alloc_cpu)
-        out[:, 10] = _frac(free_mem - r.memory_bytes, alloc_mem)
-        out[:, 12] = (free_cpu - r.milli_cpu) / MAX_SPEC_MILLI_CPU
-        base = 15 + MAX_GPUS
-        out[:, base + 7] = free_cpu - r.milli_cpu <= 0
-        out[:, base + 8] = free_mem - r.memory_bytes <= 0
-        gpu_total_req = r.gpu_milli_total
-        if wanted("free_gpu_frac", "free_gpu_abs", "gpu_count_abs", "idle_gpus_abs", "partial_gpus_abs",
-                  "max_device_free", "after_gpu_frac", "after_gpu_abs", "after_idle_gpus_abs", "best_fit_leftover",
-                  "node_unused", "becomes_gpu_full", *(f"device_free_sorted_{d}" for d in range(MAX_GPUS))):
-            gpu_free = state.gpu_free_milli[nodes]
-            exists = state.gpu_exists[nodes]
-            gpu_cap = state.gpu_count[nodes] * MILLI_GPU_PER_DEVICE
-            gpu_free_total = gpu_free.sum(axis=1)
-            idle = ((gpu_free == MILLI_GPU_PER_DEVICE) & exists).sum(axis=1)
-            partial = ((gpu_free > 0) & (gpu_free < MILLI_GPU_PER_DEVICE) & exists).sum(axis=1)
-            out[:, 2] = _frac(gpu_free_total, gpu_cap)
-            out[:, 4] = gpu_free_total / MAX_SPEC_GPU_MILLI
-            out[:, 5] = gpu_cap / MAX_SPEC_GPU_MILLI
-            out[:, 6] = idle / MAX_GPUS
-            out[:, 7] = partial / MAX_GPUS
-            out[:, 8] = gpu_free.max(axis=1) / MILLI_GPU_PER_DEVICE
-            out[:, 11] = _frac(gpu_free_total - gpu_total_req, gpu_cap)
-            out[:, 13] = (gpu_free_total - gpu_total_req) / MAX_SPEC_GPU_MILLI
-            out[:, 14] = (idle - r.gpu) / MAX_GPUS
-            if wanted(*(f"device_free_sorted_{d}" for d in range(MAX_GPUS))):
-                out[:, 15:15 + MAX_GPUS] = -np.sort(-gpu_free, axis=1) / MILLI_GPU_PER_DEVICE
-            # best_fit_leftover (policies.best_fit), from the sums already at hand.
-            out[:, base] = (0.5 * (free_cpu - r.milli_cpu) / MAX_SPEC_MILLI_CPU
-                            + 0.5 * (gpu_free_total - gpu_total_req) / MAX_SPEC_GPU_MILLI)
-            out[:, base + 6] = (state.req_milli_cpu[nodes] == 0) & (gpu_free_total == gpu_cap)
-            out[:, base + 9] = (gpu_cap > 0) & (gpu_free_total - gpu_total_req <= 0)
-        if wanted("dot_product"):
-            out[:, base + 1] = dot_product_alignment(state, pod, nodes)[0]
+        out = cache.static[nodes]  # a copy (fancy indexing), filled in below
         delta, devices = self.fgd.delta(state, pod, nodes)
-        out[:, base + 2] = delta / MILLI_GPU_PER_DEVICE
-        out[:, base + 3] = self.fgd.node_fragmentation(state)[nodes] / MILLI_GPU_PER_DEVICE
+        out[:, _B + 2] = delta / MILLI_GPU_PER_DEVICE
+        if wanted("fgd_frag_before_gpus"):
+            out[:, _B + 3] = self.fgd.node_fragmentation(state)[nodes] / MILLI_GPU_PER_DEVICE
+        if wanted("after_cpu_frac", "after_cpu_abs", "becomes_cpu_full", "best_fit_leftover"):
+            cpu_after = cache.free_cpu[nodes] - r.milli_cpu
+            out[:, 9] = _frac(cpu_after, state.alloc_milli_cpu[nodes])
+            out[:, 12] = cpu_after / MAX_SPEC_MILLI_CPU
+            out[:, _B + 7] = cpu_after <= 0
+        if wanted("after_mem_frac", "becomes_mem_full"):
+            mem_after = cache.free_mem[nodes] - r.memory_bytes
+            out[:, 10] = _frac(mem_after, state.alloc_memory_bytes[nodes])
+            out[:, _B + 8] = mem_after <= 0
+        if wanted("after_gpu_frac", "after_gpu_abs", "becomes_gpu_full", "best_fit_leftover"):
+            gpu_cap = cache.gpu_cap[nodes]
+            gpu_after = cache.gpu_free_total[nodes] - r.gpu_milli_total
+            out[:, 11] = _frac(gpu_after, gpu_cap)
+            out[:, 13] = gpu_after / MAX_SPEC_GPU_MILLI
+            out[:, _B + 9] = (gpu_cap > 0) & (gpu_after <= 0)
+            # best_fit_leftover (policies.best_fit.best_fit_leftover), from the columns at hand.
+            out[:, _B] = 0.5 * out[:, 12] + 0.5 * out[:, 13]
+        if wanted("after_idle_gpus_abs"):
+            out[:, 14] = (cache.idle[nodes] - r.gpu) / MAX_GPUS
+        if wanted("dot_product"):
+            out[:, _B + 1] = dot_product_alignment(state, pod, nodes)[0]
         if wanted("least_allocated", "balanced"):
             req, alloc = _requested_after(state, pod, nodes)
-            out[:, base + 4] = least_allocated(req, alloc) / MAX_NODE_SCORE
-            out[:, base + 5] = balanced_allocation(req, alloc) / MAX_NODE_SCORE
+            out[:, _B + 4] = least_allocated(req, alloc) / MAX_NODE_SCORE
+            out[:, _B + 5] = balanced_allocation(req, alloc) / MAX_NODE_SCORE
         if wanted("power_kw", "power_present", "carbon_kg_per_kwh", "carbon_present"):
+            # Telemetry changes without a placement: never cached.
             power = state.power_watts[nodes]
             carbon = state.carbon_g_per_kwh[nodes]
             power_ok = np.isfinite(power)
             carbon_ok = np.isfinite(carbon)
-            out[:, base + 10] = np.where(power_ok, power, 0.0) / 1000.0
-            out[:, base + 11] = power_ok
-            out[:, base + 12] = np.where(carbon_ok, carbon, 0.0) / 1000.0
-            out[:, base + 13] = carbon_ok
-        pressure = self._pressure
-        if pressure is not None and pressure.size == len(state.gpu_models) + 1:
-            # (unprepared, live scheduler: no target workload to read, the columns stay 0)
-            out[:, base + 14] = pressure[state.gpu_model_id[nodes]]
-        out[:, base + 15] = 0.0 if pod.allowed_gpu_models else out[:, base + 14]
+            out[:, _B + 10] = np.where(power_ok, power, 0.0) / 1000.0
+            out[:, _B + 11] = power_ok
+            out[:, _B + 12] = np.where(carbon_ok, carbon, 0.0) / 1000.0
+            out[:, _B + 13] = carbon_ok
+        out[:, _B + 15] = 0.0 if pod.allowed_gpu_models else out[:, _B + 14]
+        if columns is not None:
+            out[:, ~(columns | _STATIC)] = 0.0  # uniform: a column not asked for is 0 unless cached anyway
         return out, devices
 
     @staticmethod

@@ -7,6 +7,9 @@ seed ``5000 + j`` (the benchmark uses 42–51). No held-out list (``default``, `
 ``multigpu*``) is used. Run::
 
     MERIDIAN_LEARNED_CHECKPOINT=path.pt python -m regional_scheduler.learned.validation fgd,learned out.json
+
+The CPU profile's split (``cpu`` as a third argument): seed-50x200 on seeds 3000–3029 (training uses
+1000+ for a few hundred episodes at most, the benchmark 0–9); failure rate, Gini and CPU allocation.
 """
 
 from __future__ import annotations
@@ -41,7 +44,30 @@ def validation_runs(policies: list[str], n: int = len(LISTS)) -> list[dict[str, 
     return rows
 
 
+CPU_SEEDS = range(3000, 3030)
+
+
+def cpu_validation_runs(policies: list[str]) -> list[dict[str, Any]]:
+    from meridian.simulator import seed_cluster
+
+    inp = BenchInput("seed-50x200", seed_cluster(), [])
+    rows = []
+    for seed in CPU_SEEDS:
+        for policy in policies:
+            r = run_one(inp, policy, seed)
+            rows.append({"seed": seed, "policy": policy, "failure_rate": r.failure_rate,
+                         "frag_gini": r.final["frag_gini"], "cpu_alloc_pct": r.final["cpu_alloc_pct"]})
+    for policy in policies:
+        mine = [r for r in rows if r["policy"] == policy]
+        print(policy, {k: sum(r[k] for r in mine) / len(mine) for k in ("failure_rate", "frag_gini", "cpu_alloc_pct")},
+              flush=True)
+    return rows
+
+
 def main(argv: list[str]) -> None:
+    if len(argv) > 2 and argv[2] == "cpu":
+        Path(argv[1]).write_text(json.dumps(cpu_validation_runs(argv[0].split(",")), indent=1))
+        return
     rows = validation_runs(argv[0].split(","))
     Path(argv[1]).write_text(json.dumps(rows, indent=1))
     for policy in argv[0].split(","):
