@@ -54,13 +54,19 @@ def _server_main(redis_url: str, prefix: str, policy: str, port_q: mp.Queue, sto
         gc.disable()
     # Every collection's pause, to tell garbage-collection stalls from thread scheduling in the tail.
     gc_pauses: list[float] = []
+    gc_by_gen: dict[int, list[float]] = {0: [], 1: [], 2: []}
     gc_start = [0.0]
+    gc_full_at: list[tuple[float, float]] = []  # (seconds since the server process started, pause ms)
+    t_boot = time.perf_counter()
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             gc_start[0] = time.perf_counter()
         else:
             gc_pauses.append(time.perf_counter() - gc_start[0])
+            gc_by_gen[info["generation"]].append(gc_pauses[-1])
+            if info["generation"] == 2:
+                gc_full_at.append((round(gc_start[0] - t_boot, 2), round(gc_pauses[-1] * 1000, 1)))
 
     gc.callbacks.append(on_gc)
 
@@ -92,7 +98,10 @@ def _server_main(redis_url: str, prefix: str, policy: str, port_q: mp.Queue, sto
                  "decision_ms_p50": float(np.percentile(ms, 50)), "decision_ms_p99": float(np.percentile(ms, 99)),
                  "switch_interval_ms": sys.getswitchinterval() * 1000, "gc_collections": len(gc_pauses),
                  "gc_pause_ms_max": max(gc_pauses, default=0.0) * 1000,
-                 "gc_pause_ms_total": sum(gc_pauses) * 1000})
+                 "gc_pause_ms_total": sum(gc_pauses) * 1000,
+                 "gc_full_collections_at_s_ms": gc_full_at,
+                 "gc_by_generation": {g: {"collections": len(p), "pause_ms_max": max(p, default=0.0) * 1000,
+                                          "pause_ms_total": sum(p) * 1000} for g, p in gc_by_gen.items()}})
     running.stop(0.5)
 
 
