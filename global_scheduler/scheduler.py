@@ -50,6 +50,7 @@ from meridian.bus import (
     dispatch_stream,
     events_stream,
 )
+from meridian.bus.health import GroupGauges
 from protos import dispatch_pb2 as dpb
 from protos import global_api_pb2 as api
 from protos import telemetry_pb2 as tpb
@@ -422,14 +423,15 @@ class GlobalScheduler:
 
     # ------------------------------------------------------------------ events
     def _events_loop(self) -> None:
-        groups: set[str] = set()
+        groups: dict[str, GroupGauges] = {}
         while not self._stop.is_set():
             got = 0
             for cluster in self.registry.names():
                 stream = events_stream(cluster)
                 if stream not in groups:
                     self.bus.ensure_group(stream, EVENTS_GROUP, start_id="0")
-                    groups.add(stream)
+                    groups[stream] = GroupGauges(self.bus, stream, EVENTS_GROUP)
+                groups[stream].maybe_update()
                 entries = self.bus.read_group(stream, EVENTS_GROUP, self.instance, count=1000, block_ms=None)
                 got += len(entries)
                 for entry in entries:

@@ -46,6 +46,7 @@ from meridian.bus import (
     events_stream,
 )
 from meridian.bus.base import StreamEntry
+from meridian.bus.health import GroupGauges
 from meridian.cluster_state import ClusterState, Placement
 from meridian.metrics import seed_fragmentation_score
 from meridian.model import MILLI_GPU_PER_DEVICE, Node, Pod, Resources
@@ -104,6 +105,7 @@ class DispatchWorker:
         self.sequence = 0
         self.stream = dispatch_stream(self.cluster)
         self.events = events_stream(self.cluster)
+        self._gauges = GroupGauges(bus, self.stream, GROUP)
         self.placed_total = 0
         self.failed_total = 0
         self.starting: list[tuple[float, str, int, list[str]]] = []  # (due, workload, attempt, nodes)
@@ -208,6 +210,7 @@ class DispatchWorker:
                                        count=self.settings.batch)
         entries += self.bus.read_group(self.stream, GROUP, self.consumer, count=self.settings.batch,
                                        block_ms=self.settings.block_ms if block_ms is None else block_ms)
+        self._gauges.maybe_update()
         if not entries:
             return 0
         out: list[bytes] = []

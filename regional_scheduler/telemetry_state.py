@@ -49,6 +49,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from meridian import observability
 from meridian.bus import BusError, BusUnavailableError, StreamBus, StreamEntry, telemetry_stream
+from meridian.bus.health import GroupGauges
 from meridian.cluster_state import ClusterState
 from meridian.telemetry import DEFAULT_MAX_PAYLOAD_BYTES, TelemetryBatch, decode_reports, extend_cluster_state
 
@@ -252,6 +253,7 @@ class TelemetryConsumer:
         self.batches_total = 0
         self._next_claim_s = 0.0
         self._group_ready = False
+        self._gauges = GroupGauges(bus, self.stream, settings.group)
 
     def _ensure_group(self) -> None:
         if not self._group_ready:
@@ -275,6 +277,7 @@ class TelemetryConsumer:
         if entries:
             self.process(entries)
         self.state.mark_stale()
+        self._gauges.maybe_update()
         return len(entries)
 
     def process(self, entries: Sequence[StreamEntry]) -> None:

@@ -39,6 +39,7 @@ from global_scheduler.accounting.ledger import LedgerError, RedisLedger
 from meridian import energy, observability
 from meridian.bus import StreamBus, open_bus
 from meridian.bus.base import BusUnavailableError, StreamEntry
+from meridian.bus.health import GroupGauges
 from meridian.bus.streams import SUMMARY_STREAM
 from protos import energy_pb2, telemetry_pb2
 
@@ -77,6 +78,7 @@ class AccountingConsumer:
         self.claim_idle_ms = claim_idle_ms
         self.throttle_s = throttle_s  # slows each record down; only fault tests set it
         self.bus.ensure_group(stream, group, start_id="0")
+        self._gauges = GroupGauges(bus, stream, group)
 
     def _handle(self, entry: StreamEntry, stats: PollStats) -> None:
         try:
@@ -124,8 +126,7 @@ class AccountingConsumer:
             self._handle(entry, stats)
             if self.throttle_s:
                 time.sleep(self.throttle_s)
-        observability.STREAM_PENDING.labels(stream=self.stream, group=self.group).set(
-            self.bus.pending(self.stream, self.group))
+        self._gauges.maybe_update()
         return stats
 
     def run(self, stop: threading.Event) -> None:
@@ -204,6 +205,7 @@ class SummaryAccountant:
         self.block_ms, self.claim_idle_ms, self.max_gap_s = block_ms, claim_idle_ms, max_gap_s
         self._last_key = f"{ledger.prefix}energy:last-summary"
         self.bus.ensure_group(stream, group, start_id="0")
+        self._gauges = GroupGauges(bus, stream, group)
 
     def _handle(self, entry: StreamEntry, stats: PollStats) -> None:
         try:
@@ -242,6 +244,7 @@ class SummaryAccountant:
                                           block_ms=self.block_ms if block else None)
         for entry in entries:
             self._handle(entry, stats)
+        self._gauges.maybe_update()
         return stats
 
     run = AccountingConsumer.run

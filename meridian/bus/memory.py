@@ -196,6 +196,13 @@ class InProcessStreamBus:
         with self._lock:
             return self._values.get(self.key_prefix + key)
 
+    def group_lag(self, stream: str, group: str) -> int | None:
+        with self._lock:
+            target = self._streams.get(self.key_prefix + stream)
+            if target is None or group not in target.groups:
+                return 0
+            return max(0, target.offset + len(target.entries) - target.groups[group].next_position)
+
     def hash_set(self, key: str, items: Mapping[str, bytes]) -> None:
         with self._lock:
             self._hashes.setdefault(self.key_prefix + key, {}).update({k: bytes(v) for k, v in items.items()})

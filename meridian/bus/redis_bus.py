@@ -247,6 +247,20 @@ class RedisStreamBus:
             raise BusError(str(exc)) from exc
         return int(reply[0])
 
+    def group_lag(self, stream: str, group: str) -> int | None:
+        try:
+            reply = self._call("XINFO", "GROUPS", self._key(stream))
+        except redis.exceptions.ResponseError as exc:
+            if "no such key" in str(exc).lower():
+                return 0
+            raise BusError(str(exc)) from exc
+        for flat in reply or ():
+            info = flat if isinstance(flat, dict) else dict(zip(flat[::2], flat[1::2], strict=False))
+            if info.get(b"name") == group.encode():
+                lag = info.get(b"lag")  # Redis >= 7.0; nil when it cannot be computed
+                return None if lag is None else int(lag)
+        return 0
+
     def length(self, stream: str) -> int:
         return int(self._call("XLEN", self._key(stream)))
 

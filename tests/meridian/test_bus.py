@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client import REGISTRY
 
 from meridian.bus import (
     InProcessStreamBus,
@@ -17,6 +18,7 @@ from meridian.bus import (
     dead_letter_stream,
     telemetry_stream,
 )
+from meridian.bus.health import GroupGauges
 from protos import telemetry_pb2
 
 STREAM = telemetry_stream("contract")
@@ -184,3 +186,37 @@ def test_hash_round_trip_beyond_one_scan_page(bus: StreamBus) -> None:
 def test_blocking_read_returns_empty_after_timeout(bus: StreamBus) -> None:
     bus.ensure_group(STREAM, "g")
     assert bus.read_group(STREAM, "g", "c", count=10, block_ms=50) == []
+
+
+def test_group_lag_counts_undelivered_entries(bus: StreamBus) -> None:
+    assert bus.group_lag(STREAM, "g") == 0  # no stream yet
+    bus.ensure_group(STREAM, "g")
+    for i in range(5):
+        bus.publish(STREAM, b"%d" % i)
+    assert bus.group_lag(STREAM, "g") == 5
+    read = bus.read_group(STREAM, "g", "c", count=2)
+    assert bus.group_lag(STREAM, "g") == 3 and bus.pending(STREAM, "g") == 2
+    bus.ack(STREAM, "g", [e.entry_id for e in read])
+    assert bus.group_lag(STREAM, "g") == 3 and bus.pending(STREAM, "g") == 0
+    assert bus.group_lag(STREAM, "other") == 0
+
+
+def test_group_gauges_export_lag_and_pending(bus: StreamBus) -> None:
+    now = [0.0]
+    gauges = GroupGauges(bus, STREAM, "g", interval_s=5.0, clock=lambda: now[0])
+    bus.ensure_group(STREAM, "g")
+    for i in range(4):
+        bus.publish(STREAM, b"%d" % i)
+    bus.read_group(STREAM, "g", "c", count=1)
+    gauges.maybe_update()
+
+    def value(name: str) -> float | None:
+        return REGISTRY.get_sample_value(name, {"stream": STREAM, "group": "g"})
+
+    assert (value("meridian_stream_lag_entries"), value("meridian_stream_pending_entries")) == (3.0, 1.0)
+    bus.read_group(STREAM, "g", "c", count=3)
+    gauges.maybe_update()  # within the interval: no query
+    assert value("meridian_stream_lag_entries") == 3.0
+    now[0] = 5.0
+    gauges.maybe_update()
+    assert (value("meridian_stream_lag_entries"), value("meridian_stream_pending_entries")) == (0.0, 4.0)
