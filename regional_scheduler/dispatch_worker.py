@@ -235,6 +235,15 @@ class DispatchWorker:
             free_mem = np.where(sched, st.free_memory_bytes, 0)
             self.sequence += 1
             power = simulated_power_watts(st)
+            idle = simulated_power_watts(st, idle=True)
+            holdings = []
+            for wid, held in self.held.items():
+                if not held.pods:
+                    continue
+                reqs = [pod.requests for pod, _ in held.pods]
+                holdings.append(tpb.WorkloadHolding(
+                    workload=wid, tenant=held.pods[0][0].tenant, milli_cpu=sum(r.milli_cpu for r in reqs),
+                    memory_bytes=sum(r.memory_bytes for r in reqs), gpu_milli=sum(r.gpu_milli_total for r in reqs)))
             return tpb.ClusterSummary(
                 cluster=self.cluster, region=self.settings.region, sequence=self.sequence,
                 generated_unix_ms=int(self.clock() * 1000), nodes_total=st.n_nodes,
@@ -252,7 +261,7 @@ class DispatchWorker:
                 fragmentation_score=seed_fragmentation_score(st) if st.n_nodes else 0.0,
                 power_watts=power, carbon_g_per_kwh=self.settings.carbon_g_per_kwh,
                 carbon_g_per_s=power * self.settings.pue * self.settings.carbon_g_per_kwh / 3.6e6,
-                pue=self.settings.pue)
+                pue=self.settings.pue, idle_power_watts=idle, holdings=holdings)
 
     def publish_summary(self) -> None:
         self.bus.publish(SUMMARY_STREAM, self.summary().SerializeToString(), maxlen=10_000)
@@ -279,14 +288,17 @@ class DispatchWorker:
                 stop.wait(delay)
 
 
-def simulated_power_watts(st: ClusterState) -> float:
+def simulated_power_watts(st: ClusterState, *, idle: bool = False) -> float:
     """A simulated cluster's IT power from the node agents' documented model (:mod:`meridian.power_model`):
-    requested CPU as host utilisation on each node's profile, allocated GPU share per device."""
+    requested CPU as host utilisation on each node's profile, allocated GPU share per device. ``idle``: the
+    same nodes with nothing running (the floor that accounting shares out by requests)."""
     host_idle, host_max = power_model.host_coefficients(st.alloc_milli_cpu / 1000.0)
     cpu_util = st.req_milli_cpu / np.maximum(st.alloc_milli_cpu, 1)
+    gpu_util = 1.0 - st.gpu_free_milli / MILLI_GPU_PER_DEVICE
+    if idle:
+        cpu_util, gpu_util = np.zeros_like(cpu_util), np.zeros_like(gpu_util)
     host = power_model.host_power_watts(cpu_util, host_idle, host_max)
     gpu_idle, gpu_max = power_model.gpu_coefficients([st.gpu_models[m] if m >= 0 else "" for m in st.gpu_model_id])
-    gpu_util = 1.0 - st.gpu_free_milli / MILLI_GPU_PER_DEVICE
     gpus = power_model.gpu_power_watts(gpu_util, st.gpu_exists, gpu_idle, gpu_max)
     return float(np.where(st.schedulable, host + gpus, 0.0).sum())
 

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import redis
 from google.protobuf.message import DecodeError
 
@@ -150,8 +151,11 @@ def publish_records(bus: StreamBus, records: Sequence[energy_pb2.EnergyRecord], 
 
 def summary_interval_record(prev: telemetry_pb2.ClusterSummary, cur: telemetry_pb2.ClusterSummary, *,
                             price_per_mwh: float, max_gap_s: float = 300.0,
-                            shares: Sequence[energy_pb2.EnergyShare] = ()) -> energy_pb2.EnergyRecord:
+                            shares: Sequence[energy_pb2.EnergyShare] | None = None) -> energy_pb2.EnergyRecord:
     """The energy record for the interval between two consecutive summaries of one cluster.
+
+    ``shares`` None: shared out from ``prev``'s holdings (what ran during the interval) by
+    :func:`holding_shares`; a summary without holdings leaves it all to ``(idle)``.
 
     Energy is the increase of the summed node counters (``energy_joules``); when the sum fell (an agent
     restarted, a node left) it is the trapezoid of the two power readings instead. An interval longer
@@ -172,12 +176,33 @@ def summary_interval_record(prev: telemetry_pb2.ClusterSummary, cur: telemetry_p
     unknown_s = 0.0
     if dt_s > max_gap_s:
         it_j, unknown_s, shares = 0.0, dt_s, ()
+    if shares is None:
+        idle_j = 0.5 * (prev.idle_power_watts + cur.idle_power_watts) * dt_s
+        shares = holding_shares(prev, it_joules=it_j, idle_joules=idle_j, dt_s=dt_s)
     return energy_pb2.EnergyRecord(
         record_id=f"{cur.cluster}:summary:{cur.sequence}:{cur.generated_unix_ms}", region=cur.region,
         cluster=cur.cluster, start_unix_ms=prev.generated_unix_ms, end_unix_ms=cur.generated_unix_ms,
         it_energy_joules=it_j, unknown_seconds=unknown_s, pue=max(1.0, 0.5 * (prev.pue + cur.pue)),
         carbon_g_per_kwh=0.5 * (prev.carbon_g_per_kwh + cur.carbon_g_per_kwh), price_per_mwh=price_per_mwh,
         shares=list(shares))
+
+
+def holding_shares(summary: telemetry_pb2.ClusterSummary, *, it_joules: float, idle_joules: float,
+                   dt_s: float) -> list[energy_pb2.EnergyShare]:
+    """A cluster's energy over an interval shared out to the workloads it held (:mod:`meridian.energy`,
+    "Attribution", the cluster taken as one node): idle energy by CPU requests over allocatable CPU (the
+    unrequested rest stays ``(idle)``), the dynamic rest by CPU requests among the workloads, since a summary
+    carries requests, not measured per-workload CPU time. Shares plus the remainder equal ``it_joules``."""
+    held = list(summary.holdings)
+    if not held or it_joules <= 0:
+        return []
+    req_cores = np.array([h.milli_cpu for h in held], dtype=np.float64) / 1000.0
+    split = energy.attribute_node_energy(
+        node_energy_joules=[it_joules], node_idle_joules=[max(0.0, idle_joules)],
+        node_allocatable_cpu_cores=[summary.allocatable.milli_cpu / 1000.0], pod_node_index=np.zeros(len(held)),
+        pod_cpu_core_seconds=req_cores * dt_s, pod_requested_cpu_cores=req_cores)
+    return [energy_pb2.EnergyShare(tenant=h.tenant, workload=h.workload, it_energy_joules=float(j))
+            for h, j in zip(held, split.pod_joules, strict=True) if j > 0]
 
 
 PriceLookup = Callable[[str, float], float]

@@ -135,3 +135,18 @@ def test_simulated_power_follows_the_documented_model() -> None:
     state.allocate(pod, state.choose_devices(0, pod))
     state.schedulable[1] = False
     assert simulated_power_watts(state) == pytest.approx(60 + 120 * (1 - 0.5**1.4) + 40, rel=1e-9)
+
+
+def test_summary_names_what_each_workload_holds(worker: DispatchWorker) -> None:
+    worker.bus.publish(dispatch_stream("c1"), place("w1", replicas=2, cpu=4000, gpu=1))
+    worker.bus.publish(dispatch_stream("c1"), place("w2", replicas=1, cpu=2000))
+    worker.poll_once()
+    s = worker.summary()
+    held = {h.workload: (h.tenant, h.milli_cpu, h.memory_bytes, h.gpu_milli) for h in s.holdings}
+    assert held == {"w1": ("t", 8000, 2 * GIB, 2000), "w2": ("t", 2000, GIB, 0)}
+    # The idle floor is the nodes' power with nothing running, below the power now.
+    assert 0 < s.idle_power_watts < s.power_watts
+    worker.bus.publish(dispatch_stream("c1"), dpb.DispatchMessage(
+        cluster="c1", release=dpb.ReleaseWorkload(workload_id="w1", attempt=1)).SerializeToString())
+    worker.poll_once()
+    assert [h.workload for h in worker.summary().holdings] == ["w2"]

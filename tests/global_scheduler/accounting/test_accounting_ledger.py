@@ -184,6 +184,26 @@ def test_summary_interval_record(prev, cur, it_joules, unknown_s):
     assert (rec.start_unix_ms, rec.end_unix_ms) == (prev[1], cur[1])
 
 
+def test_summary_shares_energy_out_by_requests():
+    """32-core cluster, 2000 J over 10 s of which 10 s × 100 W idle: A holds 8 cores, B 4 (tenant t2)."""
+    prev = _summary(1, 0, 0.0, 200.0)
+    prev.allocatable.milli_cpu = 32_000
+    prev.idle_power_watts = 100.0
+    prev.holdings.add(workload="a", tenant="t1", milli_cpu=8000)
+    prev.holdings.add(workload="b", tenant="t2", milli_cpu=4000)
+    cur = _summary(2, 10_000, 0.0, 200.0)
+    cur.idle_power_watts = 100.0
+    rec = summary_interval_record(prev, cur, price_per_mwh=40.0)
+    shares = {s.workload: (s.tenant, s.it_energy_joules) for s in rec.shares}
+    # idle 1000 J by requests over allocatable: a 1000·8/32 = 250, b 125; dynamic 1000 J by requests: a 2/3, b 1/3
+    assert shares["a"] == ("t1", pytest.approx(250 + 1000 * 2 / 3))
+    assert shares["b"] == ("t2", pytest.approx(125 + 1000 / 3))
+    assert rec.it_energy_joules - sum(j for _, j in shares.values()) == pytest.approx(625.0)  # (idle) keeps the rest
+    gap = summary_interval_record(prev, _summary(2, 600_000, 0.0, 200.0), price_per_mwh=40.0)
+    assert list(gap.shares) == []  # an unknown interval shares out nothing
+    assert list(summary_interval_record(_summary(1, 0, 0.0, 200.0), cur, price_per_mwh=40.0).shares) == []
+
+
 def test_summary_accountant_restart_mid_stream(client, redis_url, key_prefix):
     """Summaries → ledger; a worker dies holding a batch, a new one takes over: energy = counter increase."""
     bus = open_bus(redis_url, key_prefix=key_prefix)
