@@ -104,6 +104,7 @@ def live_part(cfg: Any, bus_url: str, traces_dir: Path) -> dict[str, Any]:
         console.print("workload states: " + ", ".join(f"{k} {v}" for k, v in sorted(states.items())))
 
         energy: dict[str, Any] = {}
+        energy_by_tenant: dict[str, Any] = {}
         if not bus_url.startswith("memory:"):
             try:
                 report = fetch_report(fed.target, ReportQuery(
@@ -116,6 +117,18 @@ def live_part(cfg: Any, bus_url: str, traces_dir: Path) -> dict[str, Any]:
                                    "–" if t.carbon_intensity_g_per_kwh is None else f"{t.carbon_intensity_g_per_kwh:.0f}")
                 console.print(etable)
                 energy = {k: v.model_dump(mode="json") for k, v in report.regions.items()}
+                tenants = fetch_report(fed.target, ReportQuery(
+                    since=datetime.now(UTC) - timedelta(minutes=10), until=datetime.now(UTC) + timedelta(seconds=1),
+                    group_by="tenant"))
+                ttable = Table(title="the same energy by tenant (shared out by requests; (idle): unrequested capacity)")
+                for col in ("tenant", "energy Wh", "carbon g", "share"):
+                    ttable.add_column(col, justify="left" if col == "tenant" else "right")
+                total_kwh = tenants.totals.energy_kwh or 1.0
+                for name, t in sorted(tenants.groups.items(), key=lambda kv: -kv[1].energy_kwh):
+                    ttable.add_row(name, f"{t.energy_kwh * 1000:.2f}", f"{t.carbon_kg * 1000:.2f}",
+                                   f"{100 * t.energy_kwh / total_kwh:.0f} %")
+                console.print(ttable)
+                energy_by_tenant = {k: v.model_dump(mode="json") for k, v in tenants.groups.items()}
             except grpc.RpcError as exc:
                 console.print(f"[yellow]energy report unavailable: {exc.details()}[/yellow]")  # type: ignore[attr-defined]
         by_region: dict[str, int] = defaultdict(int)
@@ -123,7 +136,8 @@ def live_part(cfg: Any, bus_url: str, traces_dir: Path) -> dict[str, Any]:
             if w.state == api.WORKLOAD_STATE_RUNNING:
                 by_region[w.region] += w.spec.replicas
         return {"workloads": len(ids), "states": dict(states), "replicas_running_by_region": dict(by_region),
-                "carbon_g_per_kwh": fed.carbon, "energy": energy, "wall_s": time.perf_counter() - t0}
+                "carbon_g_per_kwh": fed.carbon, "energy": energy,
+                "energy_by_tenant": energy_by_tenant, "wall_s": time.perf_counter() - t0}
     finally:
         fed.close()
 
