@@ -469,8 +469,12 @@ class GlobalScheduler:
 
     # ------------------------------------------------------------------ liveness
     def _sweep_loop(self) -> None:
+        next_purge = 0.0
         while not self._stop.wait(self.settings.registry.sweep_interval_s):
             self.store.flush()  # everything else that changed (cancels, deferrals, messages)
+            if time.monotonic() >= next_purge:  # a scan of the whole store: once a minute, not every sweep
+                next_purge = time.monotonic() + 60.0
+                self.store.purge(self.clock() - self.settings.store.terminal_retention_s)
             for cluster in self.registry.sweep(self.clock()):
                 log.warning("cluster %s stopped reporting; rerouting its workloads", cluster)
                 for wid in self.store.on_cluster(cluster):

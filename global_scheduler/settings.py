@@ -63,6 +63,9 @@ class RoutingSettings(BaseModel):
 class StoreSettings(BaseModel):
     persist: bool = Field(True, description="Keep accepted workloads in the bus's hash meridian:workloads (Redis) "
                           "so they and their idempotency keys survive a restart; off keeps them in memory only.")
+    terminal_retention_s: float = Field(7 * 86400.0, gt=0, description="Failed and cancelled workloads are "
+                                        "forgotten (and their idempotency keys freed) this long after their last "
+                                        "change, so the store does not grow forever. 7 days: a week of audit.")
 
 
 class GlobalSchedulerSettings(BaseSettings):

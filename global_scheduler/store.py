@@ -178,6 +178,25 @@ class WorkloadStore:
                     self._by_key[w.idempotency_key] = w.id
         return [self._copy(w) for w, _ in loaded]
 
+    def purge(self, older_than_unix_s: float) -> int:
+        """Forget terminal workloads (failed, cancelled) last changed before the cutoff, here and in Redis;
+        their idempotency keys become free again. Returns how many."""
+        with self._lock:
+            gone = [wid for wid, e in self._entries.items()
+                    if e.workload.state in TERMINAL and e.workload.updated_unix_s < older_than_unix_s]
+            if not gone:
+                return 0
+            if self._bus is not None:
+                self._bus.hash_delete(WORKLOADS_KEY, gone)
+            dropped = set(gone)
+            for wid in gone:
+                e = self._entries.pop(wid)
+                self._dirty.discard(wid)
+                if e.workload.idempotency_key and self._by_key.get(e.workload.idempotency_key) == wid:
+                    del self._by_key[e.workload.idempotency_key]
+            self._order = [wid for wid in self._order if wid not in dropped]
+            return len(gone)
+
     def excluded(self, wid: str) -> set[str]:
         with self._lock:
             entry = self._entries.get(wid)

@@ -211,6 +211,12 @@ class InProcessStreamBus:
         with self._lock:
             return list(self._hashes.get(self.key_prefix + key, {}).items())
 
+    def hash_delete(self, key: str, fields: Sequence[str]) -> None:
+        with self._lock:
+            target = self._hashes.get(self.key_prefix + key, {})
+            for f in fields:
+                target.pop(f, None)
+
     def delete(self, *keys: str) -> None:
         with self._lock:
             for key in keys:

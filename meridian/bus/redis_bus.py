@@ -302,6 +302,10 @@ class RedisStreamBus:
             if cursor in (b"0", 0):
                 return out
 
+    def hash_delete(self, key: str, fields: Sequence[str]) -> None:
+        if fields:
+            self._call("HDEL", self._key(key), *fields)
+
     def delete(self, *keys: str) -> None:
         if keys:
             self._call("DEL", *(self._key(k) for k in keys))

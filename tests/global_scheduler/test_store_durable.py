@@ -6,6 +6,8 @@ and a workload still pending when the scheduler stopped must be routed by the ne
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import pytest
 from test_global_api import AUTH, spec, wait_state
@@ -92,3 +94,23 @@ def test_submit_while_redis_is_down_keeps_nothing(redis_server) -> None:
         assert first.id == again.id and len(engine.store) == 1
     finally:
         running.stop(0.2)
+
+
+def test_terminal_workloads_are_purged_after_retention(redis_url: str, key_prefix: str) -> None:
+    bus = open_bus(redis_url, key_prefix=key_prefix)
+    store = WorkloadStore(bus)
+    req = parse_requests(spec().requests)
+    old_failed, _ = store.create(spec(name="a"), req, "ka")
+    running, _ = store.create(spec(name="b"), req, "kb")
+    fresh_cancelled, _ = store.create(spec(name="c"), req, "kc")
+    store.update(old_failed.id, state=api.WORKLOAD_STATE_FAILED)
+    store.update(running.id, state=api.WORKLOAD_STATE_RUNNING)
+    cutoff = store.get(old_failed.id).updated_unix_s + 0.005
+    time.sleep(0.02)
+    store.update(fresh_cancelled.id, state=api.WORKLOAD_STATE_CANCELLED)  # changed after the cutoff
+    store.flush()
+    assert store.purge(cutoff) == 1
+    assert store.get(old_failed.id) is None and store.get(running.id) and store.get(fresh_cancelled.id)
+    assert {w.id for w in WorkloadStore(bus).restore()} == {running.id, fresh_cancelled.id}
+    again, created = store.create(spec(name="a"), req, "ka")  # the purged key is free again
+    assert created and again.id != old_failed.id
