@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from global_scheduler.carbon_history import HourlyCarbonHistory
 from global_scheduler.federation_sim import REGIONS, haversine_km
 from gnn.features import ClusterFeatures
 from protos import global_api_pb2 as api
@@ -48,6 +49,7 @@ class ClusterRegistry:
         self._lock = threading.Lock()
         self._clusters: dict[str, ClusterRecord] = {}
         self._regions: list[str] = []
+        self.carbon_history = HourlyCarbonHistory()
 
     # ------------------------------------------------------------------ updates
     def apply(self, summary: tpb.ClusterSummary, now_s: float | None = None) -> bool:
@@ -66,6 +68,8 @@ class ClusterRegistry:
                     self._regions.append(summary.region)
             rec.summary = summary
             rec.region = summary.region
+            self.carbon_history.observe(summary.region, summary.generated_unix_ms / 1000.0 or now_s,
+                                        summary.carbon_g_per_kwh)
             rec.last_seen_s = now_s
             rec.ready = summary.nodes_schedulable > 0
             rec.reserved = np.zeros(3)
@@ -157,6 +161,11 @@ class ClusterRegistry:
                          dtype=np.float64).reshape(n, 3)
         carbon = np.array([x.carbon_g_per_kwh for x in s], dtype=np.float64)
         rtt, bw = self.rtt_matrix(regions)
+        # One forecast per region (the region's current intensity where a day-old hour is missing).
+        region_now = np.zeros(len(regions))
+        region_now[region_index] = carbon
+        forecast = self.carbon_history.day_ahead(regions, time.time() if now_s is None else now_s, region_now,
+                                                 FORECAST_HOURS)[region_index].reshape(n, FORECAST_HOURS)
         return [r.name for r in records], regions, ClusterFeatures(
             region_index=region_index, alloc_milli_cpu=alloc[:, 0], alloc_memory_bytes=alloc[:, 1],
             alloc_gpu=alloc[:, 2], free_milli_cpu=np.maximum(f[:, 0], 0), free_memory_bytes=np.maximum(f[:, 1], 0),
@@ -164,8 +173,7 @@ class ClusterRegistry:
             max_node_free_milli_cpu=np.array([x.max_node_free_milli_cpu for x in s], dtype=np.float64),
             max_node_free_memory_bytes=np.array([x.max_node_free_memory_bytes for x in s], dtype=np.float64),
             fragmentation=np.array([x.fragmentation_score / 100.0 for x in s], dtype=np.float64),
-            carbon_now=carbon, carbon_forecast=carbon.copy(),
-            carbon_forecast_hourly=np.repeat(carbon[:, None], FORECAST_HOURS, axis=1),
+            carbon_now=carbon, carbon_forecast=forecast.mean(axis=1), carbon_forecast_hourly=forecast,
             price_per_mwh=np.array([self.prices.get(r.region, 0.0) for r in records], dtype=np.float64),
             pue=np.array([x.pue if x.pue >= 1 else 1.0 for x in s], dtype=np.float64),
             queue_length=np.array([r.queued for r in records], dtype=np.float64),
