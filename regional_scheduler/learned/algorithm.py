@@ -215,7 +215,8 @@ def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfi
                   pairs: int = 6, sigma: float = 0.05, learning_rate: float = 0.02, episodes_per_eval: int = 1,
                   validation_episodes: int = 0, seed: int = 0, on_progress: Callable[[str, int, int], None] | None = None,
                   init: PlacementNet | None = None, residual_bound: float | None = None,
-                  zero_correction: bool = False, search_features: Sequence[str] | None = None) -> ProfileResult:
+                  zero_correction: bool = False, search_features: Sequence[str] | None = None,
+                  gate_unused: bool | None = None) -> ProfileResult:
     """Imitation of ``teacher`` on ``bc_episodes`` episodes, then ES until ``es_steps`` environment
     steps or ``es_max_seconds`` of wall time, whichever comes first.
 
@@ -231,6 +232,7 @@ def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfi
     search result is kept only if it beats FGD on the validation episodes.
     ``search_features``: move only these head weights (:func:`search_mask`); ``None`` = the whole
     ``[head ‖ mlp_scale]``.
+    ``gate_unused``: empty nodes get a constant correction (:class:`~regional_scheduler.learned.policy.PlacementNet`).
     ``residual_bound``: the correction's bound ``b`` (:func:`~regional_scheduler.learned.policy.residual_logits`).
     """
     set_random_seed(seed)
@@ -251,6 +253,8 @@ def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfi
                 bc_log.append({**record, "part": part})
     if residual_bound is not None:
         net.residual_bound = residual_bound
+    if gate_unused is not None:
+        net.gate_unused = gate_unused
     if zero_correction:
         net.zero_correction()
     bc_s = time.perf_counter() - t0

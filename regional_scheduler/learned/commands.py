@@ -56,6 +56,9 @@ def train_placement(
                                   help="start the GPU search from a zero correction, i.e. from FGD itself "
                                        "(the network's normalisation and MLP come from --init or imitation)"),
     sigma: float = typer.Option(0.2, min=1e-4, help="ES perturbation scale (GPU profile)"),
+    gate_unused: bool = typer.Option(True, "--gate-unused/--no-gate-unused",
+                                     help="GPU profile: the correction never chooses between empty nodes (they "
+                                          "keep FGD's first-in-order rule); see policy.py"),
     cpu_unplaced_penalty: float = typer.Option(1.5, min=0.0, help="CPU profile: return lost per pod that fits "
                                                "nowhere (reward.CPU_REWARD's default 1.5)"),
     search_features: str = typer.Option("correction", help="GPU profile: node features whose head weights the "
@@ -113,12 +116,13 @@ def train_placement(
                     bc_parts=("head", "mlp"), bc_learning_rates=(1e-2, 3e-3), es_steps=budget,
                     es_max_seconds=share, pairs=8, sigma=sigma, learning_rate=0.05, validation_episodes=4, seed=seed,
                     on_progress=report, init=init_net, residual_bound=residual_bound, zero_correction=from_fgd,
-                    search_features=chosen)
+                    search_features=chosen, gate_unused=gate_unused)
                 result.log["pod_lists"] = names
                 result.log["node_fraction"] = node_fraction
                 result.log["init"] = str(init) if init is not None else None
                 result.log["augment"] = {"p": augment, "share_of_gpu_pods": [0.05, 0.35]}
-                result.log["residual"] = {"bound": residual_bound, "start": "fgd" if from_fgd else "init head"}
+                result.log["residual"] = {"bound": residual_bound, "start": "fgd" if from_fgd else "init head",
+                                          "gate_unused": gate_unused}
             else:
                 cpu_init = None
                 if init is not None:

@@ -15,6 +15,7 @@ The CPU profile's split (``cpu`` as a third argument): seed-50x200 on seeds 3000
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,14 @@ LISTS = ("cpu050", "gpushare40", "cpu200", "gpushare80", "cpu0", "cpu300", "gpus
 N_AUGMENTED = 8
 
 
+def _policy(spec: str) -> str:
+    """``name`` or ``learned=PATH`` (a candidate checkpoint; several may be compared in one run)."""
+    name, _, path = spec.partition("=")
+    if path:
+        os.environ["MERIDIAN_LEARNED_CHECKPOINT"] = path
+    return name
+
+
 def validation_runs(policies: list[str], n: int = len(LISTS)) -> list[dict[str, Any]]:
     nodes = openb.load_nodes()
     rows = []
@@ -37,7 +46,7 @@ def validation_runs(policies: list[str], n: int = len(LISTS)) -> list[dict[str, 
         pods, share = augmented_pod_list(pods, nodes, 5_000_000 + j, p_augment=1.0 if j < N_AUGMENTED else 0.0)
         inp = BenchInput("openb", nodes, pods)
         for policy in policies:
-            result = run_one(inp, policy, 5000 + j)
+            result = run_one(inp, _policy(policy), 5000 + j)
             rows.append({"j": j, "list": name, "share": share, "policy": policy,
                          "gpu100": result.curve[100]["gpu_alloc_pct"]})
             print(rows[-1], flush=True)
@@ -54,7 +63,7 @@ def cpu_validation_runs(policies: list[str]) -> list[dict[str, Any]]:
     rows = []
     for seed in CPU_SEEDS:
         for policy in policies:
-            r = run_one(inp, policy, seed)
+            r = run_one(inp, _policy(policy), seed)
             rows.append({"seed": seed, "policy": policy, "failure_rate": r.failure_rate,
                          "frag_gini": r.final["frag_gini"], "cpu_alloc_pct": r.final["cpu_alloc_pct"]})
     for policy in policies:

@@ -170,3 +170,52 @@ def test_version_1_checkpoint_is_refused_with_the_reason(tmp_path: Path, untrain
     torch.save(payload, path)
     with pytest.raises(CheckpointError, match=r"version 1.*reads version 2.*residual policy over FGD"):
         load_checkpoint(path)
+
+
+def test_gate_unused_keeps_fgds_order_between_empty_nodes(openb_slice) -> None:
+    nodes, workload, arrivals = openb_slice
+    # A correction that strongly prefers small nodes: ungated it opens nodes by size, gated it may
+    # not choose between empty nodes at all, so on an empty cluster every pod goes where FGD puts it.
+    net = _linear_net({"gpu_count_abs": -3.0, "free_cpu_abs": -1.0})
+    state = ClusterState.from_nodes(nodes)
+    fgd = FgdPolicy()
+    fgd.prepare(state, workload)
+    scorers = {}
+    for gate in (False, True):
+        gated = _linear_net({"gpu_count_abs": -3.0, "free_cpu_abs": -1.0})
+        gated.gate_unused = gate
+        scorers[gate] = LearnedScorer({"gpu": gated})
+        scorers[gate].prepare(state, workload)
+    differs = 0
+    for pod in arrivals[:60]:
+        cand = np.flatnonzero(run_filters(state, pod)[0])
+        pick = int(np.argmax(fgd.score(state, pod, cand).scores))
+        assert int(np.argmax(scorers[True].score(state, pod, cand).scores)) == pick
+        differs += int(np.argmax(scorers[False].score(state, pod, cand).scores)) != pick
+    assert differs > 0, "the ungated correction should have re-ranked the empty nodes"
+    assert net.gate_unused is False
+
+
+@pytest.mark.parametrize("mlp_scale", [pytest.param(0.0, id="linear"), pytest.param(1.0, id="with-mlp")])
+def test_gated_numpy_equals_torch(mlp_scale: float, openb_slice) -> None:
+    nodes, workload, arrivals = openb_slice
+    torch.manual_seed(3)
+    net = PlacementNet(hidden=8, gate_unused=True)
+    vec = np.random.default_rng(3).normal(size=N_NODE + 1)
+    vec[-1] = mlp_scale
+    net.set_search_vector(vec)
+    state = ClusterState.from_nodes(nodes)
+    builder = FeatureBuilder()
+    builder.prepare(state, workload)
+    fgd = FgdPolicy()
+    fgd.prepare(state, workload)
+    for pod in arrivals[:40]:  # some nodes used, most still empty
+        placement = Scheduler(fgd).place(state, pod)
+        if placement is not None:
+            state.allocate(pod, placement)
+    pod = arrivals[40]
+    cand = np.flatnonzero(run_filters(state, pod)[0])
+    x, _ = builder.node_features(state, pod, cand)
+    p = builder.pod_features(state, pod, cand.size)
+    assert 0 < x[:, IDX["node_unused"]].sum() < cand.size
+    np.testing.assert_allclose(NumpyPlacementNet(net).predict(x, p), net.predict(x, p), rtol=1e-4, atol=1e-4)
