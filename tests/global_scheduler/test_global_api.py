@@ -109,6 +109,26 @@ def test_invalid_argument_names_the_field(federation, mutate, field: str) -> Non
     assert len(fed.engine.store) == 0
 
 
+@pytest.mark.parametrize(("kw", "field"), [
+    pytest.param({"allowed_regions": ["mars-1"]}, "spec.allowed_regions", id="no-allowed-region-has-a-cluster"),
+    pytest.param({"origin_region": "us-east", "latency_slo_ms": 50.0}, "spec.origin_region",
+                 id="slo-from-a-region-without-clusters"),
+])
+def test_unknown_regions_are_named(federation, kw: dict, field: str) -> None:
+    fed = federation()
+    with pytest.raises(grpc.RpcError) as err:
+        fed.stub().SubmitWorkload(api.SubmitWorkloadRequest(spec=spec(**kw)), metadata=AUTH)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = error_details(err.value)
+    assert details.fields == (field,) and details.reason == "UNKNOWN_REGION"
+    assert "eu-central, eu-north" in err.value.details()  # says which regions do have clusters
+    assert len(fed.engine.store) == 0
+    # One known region among the allowed is enough (residency lists may name regions not deployed yet).
+    ok = fed.stub().SubmitWorkload(api.SubmitWorkloadRequest(spec=spec(allowed_regions=["mars-1", "eu-north"])),
+                                   metadata=AUTH)
+    assert ok.state == api.WORKLOAD_STATE_PENDING
+
+
 def test_status_codes(federation) -> None:
     fed = federation()
     stub = fed.stub()
