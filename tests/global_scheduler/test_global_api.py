@@ -289,3 +289,15 @@ def test_tls(federation, tmp_path) -> None:
     with pytest.raises(grpc.RpcError) as err:
         fed.stub().ListClusters(api.ListClustersRequest(), metadata=AUTH, timeout=5)  # plaintext to a TLS port
     assert err.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def test_oversized_request_is_refused_and_the_server_goes_on(federation) -> None:
+    fed = federation()
+    stub = fed.stub()
+    huge = spec(tenant="t" * (5 * 2**20))  # over the server's 4 MiB receive limit
+    with pytest.raises(grpc.RpcError) as err:
+        stub.SubmitWorkload(api.SubmitWorkloadRequest(spec=huge), metadata=AUTH, timeout=30)
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert len(fed.engine.store) == 0
+    ok = stub.SubmitWorkload(api.SubmitWorkloadRequest(spec=spec()), metadata=AUTH, timeout=30)
+    assert ok.state == api.WORKLOAD_STATE_PENDING and len(fed.engine.store) == 1
