@@ -1,0 +1,65 @@
+"""The dependency rules of ARCHITECTURE.md ("Packages"), checked on the source: who may import whom.
+
+Components depend on the core, never the other way; the regional tier knows nothing of the global one
+and the global tier places no pods; the GNN package talks to neither Redis nor gRPC; node agents make no
+decisions. ``meridian_demo`` is the composition root of ``meridian demo`` and may import every tier.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPONENTS = {"node_agent", "regional_scheduler", "global_scheduler", "gnn", "meridian_demo"}
+
+# package -> top-level modules it must not import
+FORBIDDEN: dict[str, set[str]] = {
+    "meridian": COMPONENTS,
+    "node_agent": COMPONENTS - {"node_agent"},
+    "regional_scheduler": {"global_scheduler", "gnn", "node_agent", "meridian_demo"},
+    "global_scheduler": {"regional_scheduler", "node_agent", "meridian_demo"},
+    "gnn": {"global_scheduler", "regional_scheduler", "node_agent", "meridian_demo", "redis", "grpc",
+            "meridian.bus"},
+    "protos": COMPONENTS | {"meridian"},
+}
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every absolute module a file imports (``a.b.c`` also counts as ``a`` and ``a.b``)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        for name in names:
+            parts = name.split(".")
+            out.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+    return out
+
+
+def violations(package: str) -> list[str]:
+    banned = FORBIDDEN[package]
+    found = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        if path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
+            continue  # generated
+        for module in sorted(imports_of(path) & banned):
+            found.append(f"{path.relative_to(ROOT)} imports {module}")
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_dependency_rules(package: str) -> None:
+    assert (ROOT / package).is_dir()
+    assert violations(package) == []
+
+
+def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("import os\nfrom global_scheduler.registry import ClusterRegistry\nimport redis.client\n")
+    assert {"global_scheduler", "global_scheduler.registry", "redis", "redis.client", "os"} <= imports_of(bad)
