@@ -43,6 +43,8 @@ def bench_autoscale(
     policies: str = typer.Option("hpa,forecast,learned", "--policies", help="Comma-separated policy names."),
     checkpoint: Path | None = typer.Option(None, "--checkpoint", help="DQN checkpoint (default: committed)."),
     json_out: Path | None = typer.Option(None, "--json", help="Write the results as JSON to this file."),
+    validation: bool = typer.Option(False, "--validation", help="Evaluate on the last training week instead, "
+                                    "with fitting and calibration ending before it (for choosing designs)."),
 ) -> None:
     """Compare autoscaling policies on held-back days (never used for training or calibration)."""
     from regional_scheduler.autoscaling.benchmark import run_benchmark
@@ -61,8 +63,8 @@ def bench_autoscale(
         def advance(label: str) -> None:
             progress.update(task, advance=1, description=label)
 
-        report = run_benchmark(paths, names, checkpoint=checkpoint, advance=advance)
-    table = Table(title="Autoscaling on held-back days")
+        report = run_benchmark(paths, names, checkpoint=checkpoint, advance=advance, validation=validation)
+    table = Table(title="Autoscaling on " + ("the last training week (validation)" if validation else "held-back days"))
     for column in ("series", "policy", "SLO-violation min", "p99 ms", "replica-h", "scale events",
                    "viol. reduction", "replica-h ratio", "target"):
         table.add_column(column, justify="right" if column not in ("series", "policy") else "left")

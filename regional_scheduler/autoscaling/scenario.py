@@ -51,8 +51,10 @@ class Scenario:
         result, first = self.run(policy, self.split.train_end_minute, self.split.total_minutes)
         return result.summary(first)
 
-    def training(self, policy: AutoscalingPolicy, last_days: int | None = None) -> dict[str, float]:
-        end = self.split.train_end_minute
+    def training(self, policy: AutoscalingPolicy, last_days: int | None = None,
+                 end_minute: int | None = None) -> dict[str, float]:
+        """``policy`` over the training days (the ``last_days`` before ``end_minute``, default their end)."""
+        end = self.split.train_end_minute if end_minute is None else min(end_minute, self.split.train_end_minute)
         start = 0 if last_days is None else max(0, end - last_days * 1440)
         result, first = self.run(policy, start, end)
         return result.summary(first)

@@ -90,6 +90,7 @@ class AutoscalerSettings(BaseSettings):
     sizing: SizingSettings = SizingSettings()
     split: SplitSettings = SplitSettings()
     keda: KedaSettings = KedaSettings()
-    policy: Literal["hpa", "forecast", "learned"] = Field("learned", description="Live policy of the serving loop.")
-    shadow_policy: Literal["hpa", "forecast", "learned"] | None = Field(
+    policy: Literal["hpa", "forecast", "quantile", "learned"] = Field(
+        "learned", description="Live policy of the serving loop.")
+    shadow_policy: Literal["hpa", "forecast", "quantile", "learned"] | None = Field(
         None, description="Policy run beside the live one in shadow mode (recorded, never actuated).")

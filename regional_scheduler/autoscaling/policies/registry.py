@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from regional_scheduler.autoscaling.policies import forecast_policy, hpa_policy, learned_policy
+from regional_scheduler.autoscaling.policies import (
+    forecast_policy,
+    hpa_policy,
+    learned_policy,
+    quantile_policy,
+)
 from regional_scheduler.autoscaling.policies.base import AutoscalingPolicy
 
 REGISTRY: dict[str, Callable[[], AutoscalingPolicy]] = {
@@ -12,6 +17,7 @@ REGISTRY: dict[str, Callable[[], AutoscalingPolicy]] = {
     forecast_policy.NAME: forecast_policy.build,
     forecast_policy.BURST_NAME: forecast_policy.build_burst,
     learned_policy.NAME: learned_policy.build,
+    quantile_policy.NAME: quantile_policy.build,
 }
 
 
