@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-FEATURE_VERSION = 2
+FEATURE_VERSION = 3  # 3: + slo_ceiling_loss
 
 # Scales that bring raw units to roughly [0, 1].
 CARBON_SCALE_G_PER_KWH = 400.0
@@ -27,7 +27,7 @@ CLUSTER_FEATURES = (
     "free_cpu_fraction", "free_memory_fraction", "free_gpu_fraction", "utilisation_after",
     "fragmentation", "carbon_now", "carbon_forecast", "carbon_min_until_deadline", "carbon_rank",
     "price", "pue_excess", "queue_length", "slo_violation_rate", "fits_fraction", "rtt_over_slo",
-    "latency_margin", "capacity_share", "is_origin_region", "slo_headroom",
+    "latency_margin", "capacity_share", "is_origin_region", "slo_headroom", "slo_ceiling_loss",
 )
 WORKLOAD_FEATURES = (
     "cpu_share", "memory_share", "gpu_per_replica", "replicas", "deferrable", "deadline_hours",
@@ -136,6 +136,20 @@ def slo_safe(c: ClusterFeatures, w: WorkloadFeatures, margin: float) -> np.ndarr
     return ok
 
 
+def slo_ceiling_loss(c: ClusterFeatures, w: WorkloadFeatures) -> np.ndarray:
+    """Share of each cluster's capacity a latency-sensitive workload would take away from everyone by
+    lowering the cluster's SLO ceiling to its own critical utilisation (0 for work without an SLO).
+
+    A 40 ms workload from a nearby origin caps a cluster at ~0.8: the last fifth of a clean cluster can
+    then no longer take batch work either, which then runs on a dirtier grid.
+    """
+    if w.latency_slo_ms <= 0 or w.origin_region < 0:
+        return np.zeros(c.n)
+    own = crit_utilisation(c.rtt_ms[w.origin_region, c.region_index], np.full(c.n, w.latency_slo_ms), c.service_ms)
+    ceiling = c.slo_ceiling()
+    return np.clip(ceiling - np.minimum(ceiling, own), 0.0, 1.0)
+
+
 def carbon_min_until_deadline(c: ClusterFeatures, w: WorkloadFeatures) -> np.ndarray:
     if not w.deferrable:
         return c.carbon_now
@@ -172,6 +186,7 @@ def cluster_matrix(c: ClusterFeatures, w: WorkloadFeatures) -> np.ndarray:
         c.alloc_milli_cpu / total_cpu * c.n,
         (c.region_index == w.origin_region).astype(np.float64),
         np.clip(c.slo_ceiling() - util_after, -1.0, 1.0),
+        slo_ceiling_loss(c, w),
     ]
     return np.stack(cols, axis=1).astype(np.float32)
 
@@ -201,6 +216,10 @@ def cluster_matrix_batch(c: ClusterFeatures, ws: list[WorkloadFeatures]) -> np.n
     fits_one = (c.max_node_free_milli_cpu[None, :] >= cpu) & (c.max_node_free_memory_bytes[None, :] >= mem) & c.ready
     fits = np.where(fits_one, np.minimum(np.minimum(by_cpu, by_mem), by_gpu), 0.0)
     lat = rtt + c.service_ms / np.maximum(1.0 - util_after, 0.01)
+    own_crit = 1.0 - c.service_ms / np.maximum(slo_raw - rtt, 1e-3)
+    ceiling = c.slo_ceiling()[None, :]
+    has_slo = (slo_raw > 0) & (origin >= 0)[:, None]
+    ceiling_loss = np.where(has_slo, np.clip(ceiling - np.minimum(ceiling, own_crit), 0.0, 1.0), 0.0)
     carbon_min = np.broadcast_to(c.carbon_now, (b, n)).copy()
     for i, w in enumerate(ws):
         if w.deferrable:
@@ -228,6 +247,7 @@ def cluster_matrix_batch(c: ClusterFeatures, ws: list[WorkloadFeatures]) -> np.n
         per_cluster(c.alloc_milli_cpu / total_cpu * n),
         (c.region_index[None, :] == origin[:, None]).astype(np.float64),
         np.clip(c.slo_ceiling()[None, :] - util_after, -1.0, 1.0),
+        ceiling_loss,
     ]
     return np.stack(cols, axis=2).astype(np.float32)
 

@@ -4,7 +4,9 @@ Shield (Alshiekh et al., "Safe Reinforcement Learning via Shielding", AAAI 2018)
 clusters, those where the placement would leave less than ``shield_margin`` utilisation head-room
 before its own or a running workload's latency SLO breaks (M/M/1 estimate) are ruled out whenever a
 safe one exists; the network chooses among the rest. Without any safe cluster the network's choice
-stands (the alternative is not to run the workload).
+stands (the alternative is not to run the workload). The margin the network was trained with is
+recorded in its checkpoint (``meta["shield_margin"]``) and used unless one is given; checkpoints
+without it used 0.1.
 
 Without a checkpoint (or if the model raises) the policy falls back to ``least-carbon`` scores with
 a headroom penalty and says so once in the log and in ``fallbacks``.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -23,6 +26,8 @@ from gnn.features import ClusterFeatures, WorkloadFeatures, slo_safe, utilisatio
 from gnn.policy import DEFAULT_CHECKPOINT, CheckpointError, GnnRoutingNet
 
 NAME = "gnn"
+LEGACY_SHIELD_MARGIN = 0.1  # checkpoints that do not record theirs were trained and evaluated with this
+FROM_CHECKPOINT: Literal["checkpoint"] = "checkpoint"
 log = logging.getLogger(__name__)
 
 
@@ -30,9 +35,10 @@ class GnnRouting:
     name = NAME
 
     def __init__(self, checkpoint: str | Path | None = None, net: GnnRoutingNet | None = None,
-                 shield_margin: float | None = 0.1) -> None:
+                 shield_margin: float | Literal["checkpoint"] | None = FROM_CHECKPOINT) -> None:
+        """``shield_margin``: utilisation head-room the shield keeps; ``None`` turns the shield off;
+        ``"checkpoint"`` (default) takes the margin the network was trained with."""
         torch.set_num_threads(1)
-        self.shield_margin = shield_margin
         self.fallbacks = 0
         self.net: GnnRoutingNet | None = net
         if self.net is None:
@@ -40,6 +46,10 @@ class GnnRouting:
                 self.net = GnnRoutingNet.load(checkpoint or DEFAULT_CHECKPOINT)
             except CheckpointError as exc:
                 log.warning("gnn routing: %s; falling back to the headroom-aware least-carbon heuristic", exc)
+        if shield_margin == FROM_CHECKPOINT:
+            recorded = self.net.meta.get("shield_margin") if self.net is not None else None
+            shield_margin = LEGACY_SHIELD_MARGIN if recorded is None else float(recorded)
+        self.shield_margin: float | None = shield_margin
 
     def reset(self) -> None:
         return None
@@ -80,5 +90,6 @@ class GnnRouting:
             return None
 
 
-def build(checkpoint: str | Path | None = None, shield_margin: float | None = 0.1) -> GnnRouting:
+def build(checkpoint: str | Path | None = None,
+          shield_margin: float | Literal["checkpoint"] | None = FROM_CHECKPOINT) -> GnnRouting:
     return GnnRouting(checkpoint, shield_margin=shield_margin)
