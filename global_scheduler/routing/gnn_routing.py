@@ -8,6 +8,12 @@ stands (the alternative is not to run the workload). The margin the network was 
 recorded in its checkpoint (``meta["shield_margin"]``) and used unless one is given; checkpoints
 without it used 0.1.
 
+Work without a latency SLO must in addition leave ``batch_reserve`` (``meta["batch_reserve"]``) of
+head-room: the last capacity of a cluster is kept for latency-sensitive arrivals, which cannot wait
+and may have no other cluster within their SLO. A deferrable workload that finds no cluster outside
+the reserve waits an hour (``select`` defers when every cluster is ruled out); one that cannot wait
+falls back to the plain shield.
+
 Without a checkpoint (or if the model raises) the policy falls back to ``least-carbon`` scores with
 a headroom penalty and says so once in the log and in ``fallbacks``.
 """
@@ -35,9 +41,12 @@ class GnnRouting:
     name = NAME
 
     def __init__(self, checkpoint: str | Path | None = None, net: GnnRoutingNet | None = None,
-                 shield_margin: float | Literal["checkpoint"] | None = FROM_CHECKPOINT) -> None:
+                 shield_margin: float | Literal["checkpoint"] | None = FROM_CHECKPOINT,
+                 batch_reserve: float | Literal["checkpoint"] = FROM_CHECKPOINT) -> None:
         """``shield_margin``: utilisation head-room the shield keeps; ``None`` turns the shield off;
-        ``"checkpoint"`` (default) takes the margin the network was trained with."""
+        ``"checkpoint"`` (default) takes the margin the network was trained with. ``batch_reserve``:
+        extra head-room work *without* a latency SLO must leave (module doc); ``"checkpoint"``: the
+        recorded one, 0 if none."""
         torch.set_num_threads(1)
         self.fallbacks = 0
         self.net: GnnRoutingNet | None = net
@@ -50,6 +59,9 @@ class GnnRouting:
             recorded = self.net.meta.get("shield_margin") if self.net is not None else None
             shield_margin = LEGACY_SHIELD_MARGIN if recorded is None else float(recorded)
         self.shield_margin: float | None = shield_margin
+        if batch_reserve == FROM_CHECKPOINT:
+            batch_reserve = float(self.net.meta.get("batch_reserve", 0.0)) if self.net is not None else 0.0
+        self.batch_reserve: float = batch_reserve
 
     def reset(self) -> None:
         return None
@@ -60,10 +72,17 @@ class GnnRouting:
         scores = scores.copy()
         if not can_defer(workload):
             scores[-1] = -np.inf
-        if self.shield_margin is not None:
-            safe = feasible & slo_safe(clusters, workload, self.shield_margin)
-            if safe.any():
-                scores[:-1] = np.where(safe, scores[:-1], -np.inf)
+        if self.shield_margin is None:
+            return scores
+        if workload.latency_slo_ms <= 0 and self.batch_reserve > 0:
+            reserved = feasible & slo_safe(clusters, workload, self.shield_margin + self.batch_reserve)
+            if reserved.any() or can_defer(workload):
+                # Outside the reserve, or wait (an hour later, room or a cleaner hour may be there).
+                scores[:-1] = np.where(reserved, scores[:-1], -np.inf)
+                return scores
+        safe = feasible & slo_safe(clusters, workload, self.shield_margin)
+        if safe.any():
+            scores[:-1] = np.where(safe, scores[:-1], -np.inf)
         return scores
 
     def _fallback(self, clusters: ClusterFeatures, workload: WorkloadFeatures) -> np.ndarray:
@@ -91,5 +110,6 @@ class GnnRouting:
 
 
 def build(checkpoint: str | Path | None = None,
-          shield_margin: float | Literal["checkpoint"] | None = FROM_CHECKPOINT) -> GnnRouting:
-    return GnnRouting(checkpoint, shield_margin=shield_margin)
+          shield_margin: float | Literal["checkpoint"] | None = FROM_CHECKPOINT,
+          batch_reserve: float | Literal["checkpoint"] = FROM_CHECKPOINT) -> GnnRouting:
+    return GnnRouting(checkpoint, shield_margin=shield_margin, batch_reserve=batch_reserve)

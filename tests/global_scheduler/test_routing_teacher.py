@@ -110,3 +110,18 @@ def test_teacher_charges_lowering_a_clean_ceiling(sim: FederationSim, monkeypatc
     assert int(np.argmax(free_choice)) == CLEAN  # eu-north: same intensity, lower PUE, emptier
     assert int(np.argmax(charged)) == 2  # keeps eu-north's capacity usable by everyone
     assert charged[2] == pytest.approx(free_choice[2])
+
+
+def test_validation_windows_are_neither_training_nor_evaluation() -> None:
+    from global_scheduler.routing_training import TrainConfig, validation_configs
+
+    tc, evaluation = TrainConfig(), FederationConfig()
+    configs = validation_configs()
+    assert {name.split("/")[0] for name in configs} == {"base", "two-per-region", "stress"}
+    for cfg in configs.values():
+        month = int(cfg.start.split("-")[0])
+        assert month not in tc.months and month != int(evaluation.start.split("-")[0])
+        assert set(cfg.regions) <= set(tc.regions)  # the evaluation's unseen regions stay unseen
+        assert tc.trace_days[1] <= cfg.trace_offset_days
+        assert cfg.trace_offset_days + cfg.days <= evaluation.trace_offset_days
+        assert all(year in tc.years for year in cfg.region_years.values())

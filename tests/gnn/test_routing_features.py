@@ -83,3 +83,28 @@ def test_shield_margin_comes_from_the_checkpoint(tmp_path: Path) -> None:
     feasible = np.ones(c.n, dtype=bool)
     assert np.isfinite(GnnRouting(trained_with_zero).score(c, w, feasible)[1])
     assert GnnRouting(legacy).score(c, w, feasible)[1] == -np.inf
+
+
+def test_batch_reserve_keeps_the_last_capacity_for_latency_sensitive_work(tmp_path: Path) -> None:
+    from global_scheduler.routing.base import DEFER, select
+
+    set_random_seed(0)
+    path = GnnRoutingNet().save(tmp_path / "r.pt", {"shield_margin": 0.0, "batch_reserve": 0.05})
+    policy = GnnRouting(path)
+    assert policy.batch_reserve == 0.05
+    c = clusters()
+    # After a 2 × 4-CPU workload: clusters at 0.28 (memory), 0.66, 0.97, 0.28 utilisation; ceilings leave
+    # cluster 1 0.04 to spare (inside the reserve) and rule the others out.
+    c.tightest_slo_utilisation = np.array([0.1, 0.70, 0.1, 0.1])
+    feasible = np.ones(c.n, dtype=bool)
+    batch = wl(deferrable=True)
+    scores = policy.score(c, batch, feasible)
+    assert not np.isfinite(scores[:-1]).any() and select(scores, feasible, True) == DEFER  # waits
+    # Work that cannot wait falls back to the plain (zero-margin) shield and takes cluster 1.
+    scores = policy.score(c, wl(), feasible)
+    assert np.isfinite(scores[1]) and np.isinf(scores[[0, 2, 3]]).all()
+    # A latency-sensitive workload is not held to the reserve: cluster 3 at 0.28 under a 0.30 ceiling.
+    c.tightest_slo_utilisation = np.array([0.1, 0.1, 0.1, 0.30])
+    scores = policy.score(c, wl(slo=250.0, origin=1), feasible)
+    assert np.isfinite(scores[3]) and np.isinf(scores[:3]).all()
+    assert np.isinf(policy.score(c, batch, feasible)[:-1]).all()  # the same room is inside batch work's reserve
