@@ -60,8 +60,8 @@ def calibrate_forecast_headroom(scenario: Scenario, budget_ratio: float = BUDGET
 #: (τ up, τ down) pairs the quantile policy may use: a scale-down keeps a quantile of the next minutes'
 #: peak at most the scale-up quantile (the peak of four minutes is already the higher risk) and at
 #: least 0.15 below it (lower would flap: remove pods, then re-add them a minute later).
-TAU_UP_GRID: tuple[float, ...] = (0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99)
-TAU_DOWN_GRID: tuple[float, ...] = (0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99)
+TAU_UP_GRID: tuple[float, ...] = (0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999)
+TAU_DOWN_GRID: tuple[float, ...] = (0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999)
 TAU_DOWN_BELOW_UP_MAX = 0.15
 QUANTILE_BUDGET_RATIO = 1.0
 

@@ -31,7 +31,7 @@ import torch
 from regional_scheduler.autoscaling.forecaster import SeasonalForecast
 
 #: Quantile levels learned; a policy picks one of them (calibrated on training days).
-TAUS: tuple[float, ...] = (0.5, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995)
+TAUS: tuple[float, ...] = (0.5, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999)
 HORIZONS: tuple[int, ...] = (1, 2)
 #: Extra target: the peak of minutes ``t+1 .. t+PEAK_MINUTES`` (what a scale-down has to keep covering).
 PEAK_MINUTES = 4

@@ -3,6 +3,7 @@ training days, and its use in serving."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -156,5 +157,5 @@ def test_serving_uses_the_count_model_until_two_days_of_history() -> None:
     # so the count model wants at least 14. After the jump to 400 a minute it follows its 5-minute
     # half-life rate: up every minute, past 3x within ten minutes.
     assert 14 <= decisions[19] <= 20
-    assert all(b >= a for a, b in zip(decisions[20:], decisions[21:], strict=False))
+    assert all(b >= a for a, b in itertools.pairwise(decisions[20:]))
     assert decisions[-1] >= 3 * decisions[19]
