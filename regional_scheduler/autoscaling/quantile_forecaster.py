@@ -7,16 +7,22 @@ conditional quantiles of that load:
 
     Q_τ(load[t + h] | minutes ≤ t) = s_t × w_{h,τ} · x_t        h ∈ {1, 2},  τ ∈ TAUS
 
-with ``s_t`` the mean of the last 10 observed minutes and ``x_t`` scale-free features (recent lags,
-maxima and means, the seasonal forecast and its upper band at the target minute, the previous hours'
-burst at the same minute of the hour, the Poisson noise scale ``1/sqrt(requests per minute)``). One
-linear model per ``(h, τ)``, fitted with the pinball (quantile) loss.
+(and the same for the peak of the next :data:`PEAK_MINUTES` minutes, what a scale-down must keep) with
+``s_t`` the mean of the last 30 observed minutes, at least one request a minute, and ``x_t``
+scale-free features (:data:`FEATURES`: recent lags, maxima, means and EWMAs, the seasonal forecast and
+its upper band at the target minute, the raw seasonal-naive change to it, the previous hours' burst at
+the same minute of the hour, Poisson quantiles of the recent rate, ``1/sqrt(requests per minute)``).
+One linear model per ``(target, τ)``, fitted with the pinball (quantile) loss.
+
+:func:`poisson_forecast` is the second family: no fitted weights, the next minutes' requests Poisson
+around the recent rate. :func:`..calibration.fit_quantile_policy` picks a family per series on its
+training days.
 
 Why this model: the minute-level shared series are noise-dominated (a one-step error of ~30 % of the
 mean) and their noise is heteroscedastic (a few requests a minute on the LoRA trace, bursts 4× the
 base on Twitter at recurring minutes of the hour). A quantile model states *how likely* a replica count
 is to be exceeded, which is what the SLO-minute count measures, instead of a point forecast plus a
-global head-room. Linear in scale-free features keeps it small (16 weights per quantile), fast to fit
+global head-room. Linear in scale-free features keeps it small (22 weights per quantile), fast to fit
 on a few weeks and unable to memorise a series; features are causal (only minutes ``≤ t``).
 """
 
