@@ -143,7 +143,6 @@ class LearnedPolicy:
         self._logged: set[str] = set()
         self.fallback_count: dict[str, int] = {}
         self.over_budget = 0  # decisions slower than the budget (fallen back or not)
-        self.decisions = 0
 
     def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
         if self.scorer is not None:
@@ -162,7 +161,6 @@ class LearnedPolicy:
         return self._fallback.score(state, pod, nodes)
 
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> Scores:
-        self.decisions += 1
         if self.scorer is None:
             return self._fall_back(self.load_error_reason, self.load_error or "no model", state, pod, nodes)
         t0 = time.perf_counter()
