@@ -180,7 +180,9 @@ def _fit_pinball(x: np.ndarray, y: np.ndarray, taus: tuple[float, ...], *, steps
     tau = torch.as_tensor(taus, dtype=torch.float64)[None, :]
     # BLAS/LAPACK results may differ in the last bit with memory alignment (numpy buffers are only
     # 16-byte aligned), and the pinball loss's kinks amplify that over the optimisation: copies into
-    # torch's own (64-byte aligned) storage and a rounded start keep a fit reproducible bit for bit.
+    # torch's own (64-byte aligned) storage and a rounded start make repeated fits in one process
+    # identical. Across processes fits still differ slightly (MKL code paths; not solved, see
+    # docs/autoscaling.md "Reproducibility"), which can move the calibrated quantile levels.
     start = torch.round(torch.linalg.lstsq(zt, yt).solution, decimals=8)  # (k, 1)
     residual = (yt - zt @ start).squeeze(1).numpy()
     w0 = start.repeat(1, len(taus))
