@@ -66,6 +66,10 @@ def bench_placement(
                       _fmt(s["frag_gini"]), _fmt(s["util_variance"], 4), _fmt(s["decision_ms_p50"], 3),
                       _fmt(s["decision_ms_p99"], 3), _fmt(s["wall_s_per_seed"], 1))
     console.print(table)
+    for name, s in summary.items():
+        if s.get("over_budget_decisions") is not None:  # the learned policy: budget counted, not enforced
+            console.print(f"{name}: {s['over_budget_decisions']:.0f} decision(s) over the serving budget "
+                          f"(serving would have used FGD's), {s['fallback_decisions']:.0f} fallback(s)")
     if json_out is not None:
         bp.write_json(json_out, {
             "scenario": scenario, "pods": str(pods) if pods else None, "nodes": str(nodes) if nodes else None,
