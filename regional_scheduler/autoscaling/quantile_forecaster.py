@@ -169,21 +169,26 @@ def _fit_pinball(x: np.ndarray, y: np.ndarray, taus: tuple[float, ...], *, steps
     """Weights ``(len(taus), k)`` minimising the mean pinball loss of ``x @ w`` for each τ (full batch).
 
     Columns are standardised for the optimiser (the pinball loss is flat in badly scaled directions) and
-    the start is the least-squares fit shifted to each τ's empirical residual quantile, so Adam only has
+    the start is the (ridge) least-squares fit shifted to each τ's empirical residual quantile, so Adam only has
     to refine a reasonable model."""
     torch.manual_seed(seed)
-    mean = x[:, 1:].mean(axis=0)
-    std = np.maximum(x[:, 1:].std(axis=0), 1e-6)
-    z = np.concatenate([x[:, :1], (x[:, 1:] - mean) / std], axis=1)
-    zt = torch.tensor(z, dtype=torch.float64)
+    # Reproducible across processes: the fit must not depend on where its inputs live in memory. LAPACK's
+    # least-squares driver (gelsy) did (the same inputs at other addresses gave other solutions on this
+    # ill-conditioned design: a near-constant standardised column), and the pinball loss's kinks amplify
+    # any difference over the optimisation. So: torch copies (64-byte aligned), statistics in torch, and
+    # the start from ridge-regularised normal equations (a 22×22 solve), rounded — checked identical over
+    # memory layouts and processes (tests/regional_scheduler/autoscaling/test_quantile_policy.py).
+    xt = torch.tensor(x, dtype=torch.float64)
     yt = torch.tensor(y, dtype=torch.float64)[:, None]
+    mean_t = xt[:, 1:].mean(dim=0)
+    std_t = xt[:, 1:].std(dim=0, unbiased=False).clamp(min=1e-6)
+    zt = torch.cat([xt[:, :1], (xt[:, 1:] - mean_t) / std_t], dim=1)
+    mean, std = mean_t.numpy(), std_t.numpy()
     tau = torch.as_tensor(taus, dtype=torch.float64)[None, :]
-    # BLAS/LAPACK results may differ in the last bit with memory alignment (numpy buffers are only
-    # 16-byte aligned), and the pinball loss's kinks amplify that over the optimisation: copies into
-    # torch's own (64-byte aligned) storage and a rounded start make repeated fits in one process
-    # identical. Across processes fits still differ slightly (MKL code paths; not solved, see
-    # docs/autoscaling.md "Reproducibility"), which can move the calibrated quantile levels.
-    start = torch.round(torch.linalg.lstsq(zt, yt).solution, decimals=8)  # (k, 1)
+    gram = zt.T @ zt
+    ridge = 1e-6 * torch.trace(gram) / gram.shape[0]
+    start = torch.round(torch.linalg.solve(gram + ridge * torch.eye(gram.shape[0], dtype=torch.float64),
+                                           zt.T @ yt), decimals=8)  # (k, 1)
     residual = (yt - zt @ start).squeeze(1).numpy()
     w0 = start.repeat(1, len(taus))
     w0[0, :] += torch.as_tensor(np.round(np.quantile(residual, taus), 8), dtype=torch.float64)
