@@ -231,6 +231,7 @@ class SummaryAccountant:
         self._last_key = f"{ledger.prefix}energy:last-summary"
         self.bus.ensure_group(stream, group, start_id="0")
         self._gauges = GroupGauges(bus, stream, group)
+        self.throttle_s = 0.0
 
     def _handle(self, entry: StreamEntry, stats: PollStats) -> None:
         try:
@@ -260,18 +261,8 @@ class SummaryAccountant:
             stats.dead_lettered += 1
         self.bus.ack(self.stream, self.group, [entry.entry_id])
 
-    def poll_once(self, *, block: bool = True) -> PollStats:
-        stats = PollStats()
-        entries = self.bus.claim_stale(self.stream, self.group, self.consumer, min_idle_ms=self.claim_idle_ms,
-                                       count=self.batch)
-        if not entries:
-            entries = self.bus.read_group(self.stream, self.group, self.consumer, count=self.batch,
-                                          block_ms=self.block_ms if block else None)
-        for entry in entries:
-            self._handle(entry, stats)
-        self._gauges.maybe_update()
-        return stats
-
+    # The same claim → read → handle → acknowledge loop as the energy-stream consumer, over summaries.
+    poll_once = AccountingConsumer.poll_once
     run = AccountingConsumer.run
 
 
