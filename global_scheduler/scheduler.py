@@ -424,15 +424,23 @@ class GlobalScheduler:
     # ------------------------------------------------------------------ events
     def _events_loop(self) -> None:
         groups: dict[str, GroupGauges] = {}
+        claim_every_s = max(1.0, self.settings.bus.claim_idle_ms / 3000.0)
+        next_claim = 0.0
         while not self._stop.is_set():
             got = 0
+            claim = time.monotonic() >= next_claim
+            if claim:
+                next_claim = time.monotonic() + claim_every_s
             for cluster in self.registry.names():
                 stream = events_stream(cluster)
                 if stream not in groups:
                     self.bus.ensure_group(stream, EVENTS_GROUP, start_id="0")
                     groups[stream] = GroupGauges(self.bus, stream, EVENTS_GROUP)
                 groups[stream].maybe_update()
-                entries = self.bus.read_group(stream, EVENTS_GROUP, self.instance, count=1000, block_ms=None)
+                # What a dead instance read and never acknowledged (a restart gets a new consumer name).
+                entries = self.bus.claim_stale(stream, EVENTS_GROUP, self.instance,
+                                               min_idle_ms=self.settings.bus.claim_idle_ms, count=1000) if claim else []
+                entries += self.bus.read_group(stream, EVENTS_GROUP, self.instance, count=1000, block_ms=None)
                 got += len(entries)
                 for entry in entries:
                     try:

@@ -36,6 +36,9 @@ class BusSettings(BaseModel):
     dispatch_maxlen: int = Field(100_000, ge=1000, description="Approximate bound (entries) of each dispatch "
                                  "stream; a regional worker acknowledges within seconds, so this is hours of backlog.")
     poll_block_ms: int = Field(200, ge=1, description="Longest a consumer blocks waiting for entries (ms).")
+    claim_idle_ms: int = Field(30_000, ge=1, description="Events another instance read but did not acknowledge "
+                               "for this long (it died between the two) are claimed and applied (XAUTOCLAIM); "
+                               "well above the time a live instance holds a batch.")
 
 
 class RegistrySettings(BaseModel):

@@ -13,14 +13,16 @@ import pytest
 from test_global_api import AUTH, spec, wait_state
 
 from global_scheduler.errors import error_details
-from global_scheduler.scheduler import GlobalScheduler
+from global_scheduler.scheduler import EVENTS_GROUP, GlobalScheduler
 from global_scheduler.server import build_server
 from global_scheduler.settings import GlobalSchedulerSettings
 from global_scheduler.store import WORKLOADS_KEY, WorkloadStore
 from global_scheduler.validation import parse_requests
-from meridian.bus import open_bus
+from meridian.bus import SUMMARY_STREAM, events_stream, open_bus
+from protos import dispatch_pb2 as dpb
 from protos import global_api_pb2 as api
 from protos import global_api_pb2_grpc as api_grpc
+from protos import telemetry_pb2 as tpb
 
 
 def _restart(fed) -> tuple[GlobalScheduler, api_grpc.GlobalSchedulerStub, object]:
@@ -114,3 +116,35 @@ def test_terminal_workloads_are_purged_after_retention(redis_url: str, key_prefi
     assert {w.id for w in WorkloadStore(bus).restore()} == {running.id, fresh_cancelled.id}
     again, created = store.create(spec(name="a"), req, "ka")  # the purged key is free again
     assert created and again.id != old_failed.id
+
+
+def test_events_a_dead_instance_read_but_never_acked_are_claimed(redis_url: str, key_prefix: str) -> None:
+    """The previous scheduler read a cluster's RUNNING event and died before applying it: the next one
+    (another consumer name) claims it, so the workload does not stay DISPATCHED forever."""
+    bus = open_bus(redis_url, key_prefix=key_prefix)
+    store = WorkloadStore(bus)
+    w, _ = store.create(spec(), parse_requests(spec().requests), "k")
+    store.update(w.id, state=api.WORKLOAD_STATE_DISPATCHED, cluster="c1", region="eu-north", attempt=1)
+    store.flush()
+    bus.publish(SUMMARY_STREAM, tpb.ClusterSummary(
+        cluster="c1", region="eu-north", sequence=1, generated_unix_ms=int(time.time() * 1000), nodes_total=1,
+        nodes_schedulable=1, allocatable=tpb.ResourceVector(milli_cpu=64_000, memory_bytes=2**38)).SerializeToString())
+    stream = events_stream("c1")
+    bus.ensure_group(stream, EVENTS_GROUP, start_id="0")
+    bus.publish(stream, dpb.PlacementEvent(workload_id=w.id, attempt=1, cluster="c1",
+                                           phase=dpb.PLACEMENT_PHASE_RUNNING).SerializeToString())
+    assert len(bus.read_group(stream, EVENTS_GROUP, "global-dead", count=10)) == 1  # read, never acked
+    settings = GlobalSchedulerSettings(api={"listen": "127.0.0.1:0"},
+                                       bus={"url": redis_url, "key_prefix": key_prefix, "claim_idle_ms": 100},
+                                       routing={"policy": "karmada"})
+    engine = GlobalScheduler(settings=settings, bus=open_bus(redis_url, key_prefix=key_prefix))
+    running = build_server(engine)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (engine.store.get(w.id).state != api.WORKLOAD_STATE_RUNNING
+                                               or bus.pending(stream, EVENTS_GROUP)):
+            time.sleep(0.05)
+        assert engine.store.get(w.id).state == api.WORKLOAD_STATE_RUNNING
+        assert bus.pending(stream, EVENTS_GROUP) == 0
+    finally:
+        running.stop(0.2)
