@@ -9,8 +9,8 @@ policy is not allowed to buy latency with extra replicas it would not have been 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
-from regional_scheduler.autoscaling.policies.base import AutoscalingPolicy
 from regional_scheduler.autoscaling.policies.forecast_policy import ForecastPolicy
 from regional_scheduler.autoscaling.policies.hpa_policy import HpaPolicy
 from regional_scheduler.autoscaling.policies.quantile_policy import QuantilePolicy
@@ -26,6 +26,24 @@ CALIBRATION_DAYS = 7
 #: Replica-hours allowed relative to the HPA on the calibration days: inside the benchmark's 105%
 #: with a margin for held-back days being busier or calmer than training days.
 BUDGET_RATIO = 1.03
+
+
+class _Run(Protocol):
+    replica_hours: float
+    slo_violation_minutes: int
+
+
+C = TypeVar("C", bound=_Run)
+
+
+def _best_within_budget(runs: list[C], budget: float, *, spend_on_ties: bool) -> C:
+    """The fewest SLO-violation minutes among the runs within ``budget`` replica-hours (ties: the cheaper,
+    or with ``spend_on_ties`` the one spending more); if none fits, the cheapest run."""
+    within = [c for c in runs if c.replica_hours <= budget]
+    if within:
+        sign = -1.0 if spend_on_ties else 1.0
+        return min(within, key=lambda c: (c.slo_violation_minutes, sign * c.replica_hours))
+    return min(runs, key=lambda c: (c.replica_hours, c.slo_violation_minutes))
 
 
 @dataclass(frozen=True)
@@ -51,10 +69,7 @@ def calibrate_forecast_headroom(scenario: Scenario, budget_ratio: float = BUDGET
     for z in Z_GRID:
         run = scenario.training(ForecastPolicy(z, burst=burst), last_days=CALIBRATION_DAYS, end_minute=end)
         runs.append(Calibration(z, hpa["replica_hours"], run["replica_hours"], run["slo_violation_minutes"]))
-    within = [c for c in runs if c.replica_hours <= budget]
-    if within:
-        return min(within, key=lambda c: (c.slo_violation_minutes, c.replica_hours))
-    return min(runs, key=lambda c: (c.replica_hours, c.slo_violation_minutes))
+    return _best_within_budget(runs, budget, spend_on_ties=False)
 
 
 #: (τ up, τ down) pairs the quantile policy may use: a scale-down keeps a quantile of the next minutes'
@@ -90,24 +105,15 @@ def calibrate_quantile_levels(scenario: Scenario, model: QuantileForecast, *,
     end = scenario.split.train_end_minute if end_minute is None else end_minute
     if end > scenario.split.train_end_minute:
         raise ValueError("calibration must end inside the training days")
-    start = max(0, end - days * 1440)
-
-    def run(policy: AutoscalingPolicy) -> dict[str, float]:
-        result, first = scenario.run(policy, start, end)
-        return result.summary(first)
-
-    hpa = run(HpaPolicy())
+    hpa = scenario.training(HpaPolicy(), last_days=days, end_minute=end)
     budget = budget_ratio * hpa["replica_hours"]
     runs = []
     for up, down in tau_pairs():
-        summary = run(QuantilePolicy(up, model, tau_down=down))
+        summary = scenario.training(QuantilePolicy(up, model, tau_down=down), last_days=days, end_minute=end)
         runs.append(QuantileCalibration(up, down, hpa["replica_hours"], summary["replica_hours"],
                                         int(summary["slo_violation_minutes"])))
-    within = [c for c in runs if c.replica_hours <= budget]
-    if within:
-        # A tie spends more of the budget: equal violations on a week are noise, head-room is not.
-        return min(within, key=lambda c: (c.slo_violation_minutes, -c.replica_hours))
-    return min(runs, key=lambda c: (c.replica_hours, c.slo_violation_minutes))
+    # A tie spends more of the budget: equal violations on a week are noise, head-room is not.
+    return _best_within_budget(runs, budget, spend_on_ties=True)
 
 
 @dataclass(frozen=True)
