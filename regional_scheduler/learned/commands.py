@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -15,10 +17,25 @@ from rich.table import Table
 from meridian.traces import openb
 from regional_scheduler.learned.serving import DEFAULT_CHECKPOINT
 
+if TYPE_CHECKING:
+    from regional_scheduler.learned.policy import PlacementNet
+
 console = Console(width=None if Console().is_terminal else 160)
 
 DEFAULT_TRAIN_LISTS = ("cpu0,cpu037,cpu050,cpu072,cpu100,cpu200,cpu235,cpu250,cpu300,"
                        "gpushare20,gpushare40,gpushare80,gpushare100")
+
+
+def _init_profile(init: Path | None, profile: str) -> PlacementNet | None:
+    """One profile's network from an ``--init`` checkpoint (an older layout is upgraded), or None."""
+    if init is None:
+        return None
+    from regional_scheduler.learned.policy import CheckpointError, load_checkpoint, upgrade_profiles
+
+    try:
+        return load_checkpoint(init)[0][profile]
+    except CheckpointError:
+        return upgrade_profiles(init)[0][profile]
 
 
 def _pod_list_path(name: str) -> Path:
@@ -94,21 +111,15 @@ def train_placement(
                     lists = [openb.load_pods(_pod_list_path(n)) for n in names]
                 except (OSError, ValueError) as exc:
                     raise typer.BadParameter(str(exc), param_hint="--pods") from exc
-                init_net = None
-                if init is not None:
-                    from regional_scheduler.learned.policy import (
-                        CheckpointError,
-                        load_checkpoint,
-                        upgrade_profiles,
-                    )
-
-                    try:
-                        init_net = load_checkpoint(init)[0]["gpu"]
-                    except CheckpointError:
-                        init_net = upgrade_profiles(init)[0]["gpu"]
+                init_net = _init_profile(init, "gpu")
+                if init_net is not None:
                     init_net.residual_bound = residual_bound
-                chosen = (algorithm.CORRECTION_FEATURES if search_features == "correction" else None
-                          if search_features == "all" else [f.strip() for f in search_features.split(",") if f.strip()])
+                if search_features == "correction":
+                    chosen: Sequence[str] | None = algorithm.CORRECTION_FEATURES
+                elif search_features == "all":
+                    chosen = None
+                else:
+                    chosen = [f.strip() for f in search_features.split(",") if f.strip()]
                 episodes = algorithm.openb_episodes(lists, openb.load_nodes(), node_fraction=node_fraction,
                                                    augment_p=augment)
                 result = algorithm.train_profile(
@@ -124,18 +135,7 @@ def train_placement(
                 result.log["residual"] = {"bound": residual_bound, "start": "fgd" if from_fgd else "init head",
                                           "gate_unused": gate_unused}
             else:
-                cpu_init = None
-                if init is not None:
-                    from regional_scheduler.learned.policy import (
-                        CheckpointError,
-                        load_checkpoint,
-                        upgrade_profiles,
-                    )
-
-                    try:
-                        cpu_init = load_checkpoint(init)[0]["cpu"]
-                    except CheckpointError:
-                        cpu_init = upgrade_profiles(init)[0]["cpu"]
+                cpu_init = _init_profile(init, "cpu")
                 cpu_reward = CPU_REWARD.model_copy(update={"unplaced_penalty": cpu_unplaced_penalty})
                 result = algorithm.train_profile(
                     episodes=algorithm.seed_episodes(), teacher="best-fit", reward=cpu_reward, bc_episodes=10,

@@ -9,6 +9,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_learned_serving import _decide
 
 from meridian.cluster_state import ClusterState
 from meridian.model import Node, Pod
@@ -38,19 +39,6 @@ def openb_slice() -> tuple[list[Node], list[Pod], list[Pod]]:
     return nodes, pods, arrivals[:900]
 
 
-def _run(policy, nodes: list[Node], workload: list[Pod], arrivals: list[Pod]) -> list[int | None]:
-    scheduler = Scheduler(policy)
-    state = ClusterState.from_nodes(nodes)
-    scheduler.prepare(state, workload)
-    out = []
-    for pod in arrivals:
-        placement = scheduler.place(state, pod)
-        out.append(None if placement is None else placement.node)
-        if placement is not None:
-            state.allocate(pod, placement)
-    return out
-
-
 def _linear_net(weights: dict[str, float], bound: float = 0.45) -> PlacementNet:
     torch.manual_seed(0)
     net = PlacementNet(hidden=8, residual_bound=bound)
@@ -69,7 +57,7 @@ def test_zero_correction_is_fgd(openb_slice) -> None:
         net.heuristic_head.weight.normal_()  # whatever the network was, zeroing the correction gives FGD
     net.zero_correction()
     learned = LearnedPolicy(ServingSettings(enforce_budget=False), scorer=LearnedScorer({"gpu": net}))
-    assert _run(learned, nodes, workload, arrivals) == _run(FgdPolicy(), nodes, workload, arrivals)
+    assert _decide(learned, nodes, workload, arrivals) == _decide(FgdPolicy(), nodes, workload, arrivals)
 
 
 def test_a_correction_changes_only_the_order_of_fgds_best(openb_slice) -> None:
@@ -135,10 +123,10 @@ def test_budget_counted_not_enforced(untrained_nets, small_gpu_cluster, small_wo
     counted = LearnedPolicy(ServingSettings(budget_ms=1e-6, enforce_budget=False),
                             scorer=LearnedScorer(untrained_nets))
     enforced = LearnedPolicy(ServingSettings(budget_ms=1e-6), scorer=LearnedScorer(untrained_nets))
-    model = _run(generous, small_gpu_cluster, small_workload, small_workload)
-    assert _run(counted, small_gpu_cluster, small_workload, small_workload) == model  # the model decided
+    model = _decide(generous, small_gpu_cluster, small_workload, small_workload)
+    assert _decide(counted, small_gpu_cluster, small_workload, small_workload) == model  # the model decided
     assert counted.over_budget == len(small_workload) and counted.fallback_count == {}
-    _run(enforced, small_gpu_cluster, small_workload, small_workload)
+    _decide(enforced, small_gpu_cluster, small_workload, small_workload)
     assert enforced.over_budget == len(small_workload)
     assert enforced.fallback_count == {"timeout": len(small_workload)}
 

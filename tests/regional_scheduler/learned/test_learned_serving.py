@@ -107,12 +107,13 @@ def test_pickled_objects_are_not_loaded(tmp_path: Path) -> None:
         load_checkpoint(path)
 
 
-def _decide(policy, cluster: list[Node], workload: list[Pod]) -> list[int | None]:
+def _decide(policy, cluster: list[Node], workload: list[Pod], arrivals: list[Pod] | None = None) -> list[int | None]:
+    """Place ``arrivals`` (default: the workload itself) one by one; the node each went to, None if none."""
     scheduler = Scheduler(policy)
     state = ClusterState.from_nodes(cluster)
     scheduler.prepare(state, workload)
     nodes = []
-    for pod in workload:
+    for pod in workload if arrivals is None else arrivals:
         placement = scheduler.place(state, pod)
         nodes.append(None if placement is None else placement.node)
         if placement is not None:
