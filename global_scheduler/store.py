@@ -149,10 +149,6 @@ class WorkloadStore:
                 raise
             return len(items)
 
-    def dirty(self) -> int:
-        with self._lock:
-            return len(self._dirty)
-
     def restore(self) -> list[api.Workload]:
         """Load the records a previous run kept (submission order). A record that cannot be read is logged
         and skipped, never fatal."""
