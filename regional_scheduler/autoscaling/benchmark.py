@@ -35,9 +35,11 @@ VALIDATION_DAYS = 7
 
 
 def _policy(name: str, z: dict[str, float], checkpoint: Path | None,
-            quantile: FittedQuantilePolicy | None = None) -> AutoscalingPolicy:
+            quantile: FittedQuantilePolicy | None = None, settings: AutoscalerSettings | None = None) -> AutoscalingPolicy:
     if name == quantile_policy.NAME and quantile is not None:
         return quantile.policy()
+    if name == quantile_policy.BUDGET_NAME and quantile is not None:
+        return quantile.policy(budget=(settings or AutoscalerSettings()).budget)
     if name == forecast_policy.NAME:
         return forecast_policy.build(z[name])
     if name == forecast_policy.BURST_NAME:
@@ -79,10 +81,11 @@ def run_benchmark(series: list[Path], policies: list[str], *, checkpoint: Path |
         z = {name: calibrate_forecast_headroom(scenario, burst=name == forecast_policy.BURST_NAME,
                                                end_minute=end).z
              for name in policies if name in (forecast_policy.NAME, forecast_policy.BURST_NAME)}
-        quantile = fit_quantile_policy(scenario, end_minute=end) if quantile_policy.NAME in policies else None
+        quantile = fit_quantile_policy(scenario, end_minute=end) \
+            if {quantile_policy.NAME, quantile_policy.BUDGET_NAME} & set(policies) else None
         per_policy: dict[str, dict[str, float]] = {}
         for name in policies:
-            policy = _policy(name, z, checkpoint, quantile)
+            policy = _policy(name, z, checkpoint, quantile, settings)
             if validation:
                 result, first = scenario.run(policy, end, scenario.split.train_end_minute)
                 per_policy[name] = result.summary(first)

@@ -20,6 +20,7 @@ from regional_scheduler.autoscaling.quantile_forecaster import (
     poisson_forecast,
 )
 from regional_scheduler.autoscaling.scenario import Scenario
+from regional_scheduler.autoscaling.settings import BudgetSettings
 
 Z_GRID: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0)
 CALIBRATION_DAYS = 7
@@ -125,8 +126,9 @@ class FittedQuantilePolicy:
     calibration: QuantileCalibration
     candidates: dict[str, QuantileCalibration]
 
-    def policy(self) -> QuantilePolicy:
-        return QuantilePolicy(self.calibration.tau_up, self.model, tau_down=self.calibration.tau_down)
+    def policy(self, budget: BudgetSettings | None = None) -> QuantilePolicy:
+        """The calibrated policy; with ``budget``, under an online replica-hours budget as well."""
+        return QuantilePolicy(self.calibration.tau_up, self.model, tau_down=self.calibration.tau_down, budget=budget)
 
 
 def fit_quantile_policy(scenario: Scenario, *, end_minute: int | None = None, days: int = CALIBRATION_DAYS,

@@ -144,6 +144,36 @@ class ServiceSimulator:
         self.scale_events = 0
         self.tick = 0
 
+    @classmethod
+    def open_ended(cls, service: ServiceSettings, *, initial_replicas: int) -> ServiceSimulator:
+        """A simulator with no minutes yet, extended as load becomes known (:meth:`append_minutes`): a
+        model of the service run beside a live one (the budget's shadow HPA), never ahead of what was
+        observed."""
+        simulator = cls(np.empty(0), service, initial_replicas=initial_replicas)
+        simulator.reset()
+        return simulator
+
+    def append_minutes(self, load: np.ndarray | list[float]) -> None:
+        """Extend the replay by minutes of known load (replicas at 100%), e.g. one per observed minute."""
+        values = np.asarray(load, dtype=float).ravel()
+        if not np.all(np.isfinite(values)) or np.any(values < 0):
+            raise ValueError(f"appended load must be finite and non-negative, got {values.tolist()}")
+        extra = values.size * self.ticks_per_minute
+        self.load_per_minute = np.concatenate([self.load_per_minute, values])
+        self.minute_observed_all = np.concatenate([self.minute_observed_all, np.ones(values.size, dtype=bool)])
+        self.end_minute += values.size
+        self._load.extend(values.tolist())
+        self.n_ticks += extra
+        for ints in (self._replicas_rec, self._ready_rec):
+            ints.extend([0] * extra)
+        for floats in (self._util_rec, self._p99_rec, self._error_rec, self._weight_rec):
+            floats.extend([0.0] * extra)
+
+    @property
+    def replicas(self) -> int:
+        """Replicas asked for right now (ready + pending)."""
+        return self.ready + len(self.pending)
+
     @property
     def done(self) -> bool:
         return self.tick >= self.n_ticks

@@ -32,9 +32,12 @@ from regional_scheduler.autoscaling.quantile_forecaster import (
     poisson_forecast,
 )
 from regional_scheduler.autoscaling.queueing import max_utilisation_within_slo
+from regional_scheduler.autoscaling.replica_budget import ReplicaBudget
+from regional_scheduler.autoscaling.settings import BudgetSettings
 from regional_scheduler.autoscaling.simulator import Observation
 
 NAME = "quantile"
+BUDGET_NAME = "quantile-budget"
 DEFAULT_TAU = 0.95
 DEFAULT_TAU_DOWN = 0.85
 UTILISATION_MARGIN = 0.98
@@ -44,12 +47,23 @@ MIN_FIT_MINUTES = 2 * 1440
 REFIT_EVERY_MINUTES = 1440
 
 
+def shifted_tau(grid: tuple[float, ...], tau: float, levels: int) -> float:
+    """``tau`` moved ``levels`` steps up the forecaster's quantile ``grid`` (capped at its top)."""
+    if levels <= 0:
+        return tau
+    return grid[min(grid.index(tau) + levels, len(grid) - 1)]
+
+
 class QuantilePolicy(GuardedPolicy):
     name = NAME
 
     def __init__(self, tau: float = DEFAULT_TAU, model: QuantileForecast | None = None, *,
-                 margin: float = UTILISATION_MARGIN, tau_down: float | None = None, peak_down: bool = True) -> None:
+                 margin: float = UTILISATION_MARGIN, tau_down: float | None = None, peak_down: bool = True,
+                 budget: BudgetSettings | None = None) -> None:
         super().__init__()
+        self.budget = ReplicaBudget(budget) if budget is not None else None
+        self.name = BUDGET_NAME if budget is not None else NAME
+        self.levels = 0
         self.tau = tau
         self.tau_down = DEFAULT_TAU_DOWN if tau_down is None else tau_down
         self.peak_down = peak_down
@@ -68,6 +82,9 @@ class QuantilePolicy(GuardedPolicy):
             slo_s=svc.slo_p99_ms / 1000.0)
         if self._own_model:
             self._fit_own(context)
+        if self.budget is not None:
+            self.budget.reset(context)
+        self.levels = 0
         self.reset_rails(context)
 
     def _fit_own(self, context: PolicyContext) -> None:
@@ -105,16 +122,20 @@ class QuantilePolicy(GuardedPolicy):
             return current
         lag = max(0, observation.minute - last)
         model = self.model
-        up_load = model.quantile(last, lag + 1, self.tau)
-        now_load = observation.load_replicas if lag == 0 else model.quantile(last, lag, self.tau)
+        # The budget's banked savings raise both quantiles (0 levels without a budget).
+        tau, tau_down = (shifted_tau(model.taus, t, self.levels) for t in (self.tau, self.tau_down))
+        up_load = model.quantile(last, lag + 1, tau)
+        now_load = observation.load_replicas if lag == 0 else model.quantile(last, lag, tau)
         up = math.ceil(up_load / self.utilisation)
         if up > current:
             return up
-        keep = model.peak_quantile(last, self.tau_down) if self.peak_down else model.quantile(last, lag + 1, self.tau_down)
+        keep = model.peak_quantile(last, tau_down) if self.peak_down else model.quantile(last, lag + 1, tau_down)
         down = math.ceil(max(now_load, keep) / self.utilisation)
         return down if down < current else current
 
     def decide(self, observation: Observation) -> int:
+        if self.budget is not None:
+            self.levels = self.budget.observe(observation)
         return self.guard(self.propose(observation), observation)
 
 
@@ -122,3 +143,9 @@ def build(tau: float = DEFAULT_TAU, model: QuantileForecast | None = None) -> Qu
     """Unfitted (serving): the model is fitted on the serving history; the benchmark fits and calibrates
     it on training days instead (:func:`..calibration.fit_quantile_policy`)."""
     return QuantilePolicy(tau, model)
+
+
+def build_budget(tau: float = DEFAULT_TAU, model: QuantileForecast | None = None,
+                 budget: BudgetSettings | None = None) -> QuantilePolicy:
+    """The quantile policy under an online replica-hours budget (:mod:`..replica_budget`)."""
+    return QuantilePolicy(tau, model, budget=budget or BudgetSettings())

@@ -18,6 +18,7 @@ REGISTRY: dict[str, Callable[[], AutoscalingPolicy]] = {
     forecast_policy.BURST_NAME: forecast_policy.build_burst,
     learned_policy.NAME: learned_policy.build,
     quantile_policy.NAME: quantile_policy.build,
+    quantile_policy.BUDGET_NAME: quantile_policy.build_budget,
 }
 
 
