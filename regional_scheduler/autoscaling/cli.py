@@ -40,7 +40,8 @@ def _series_arg(series: list[Path] | None) -> list[Path]:
 def bench_autoscale(
     series: list[Path] | None = typer.Option(None, "--series", help="Request-rate CSV (repeatable); default: "
                                              "every shared series."),
-    policies: str = typer.Option("hpa,forecast,learned", "--policies", help="Comma-separated policy names."),
+    policies: str = typer.Option("hpa,quantile,quantile-budget,learned", "--policies",
+                                 help="Comma-separated policy names."),
     checkpoint: Path | None = typer.Option(None, "--checkpoint", help="DQN checkpoint (default: committed)."),
     json_out: Path | None = typer.Option(None, "--json", help="Write the results as JSON to this file."),
     validation: bool = typer.Option(False, "--validation", help="Evaluate on the last training week instead, "
@@ -123,7 +124,8 @@ def autoscaler(
                                      help="Write spec.replicas of the Deployment's scale subresource."),
     dry_run: bool = typer.Option(True, "--dry-run/--no-dry-run", help="Server-side dry run of scale writes."),
     keda: bool = typer.Option(True, "--keda/--no-keda", help="Serve KEDA's external scaler gRPC API."),
-    policy: str = typer.Option("learned", "--policy"),
+    policy: str = typer.Option("quantile-budget", "--policy", help="Live policy (the benchmark's best: "
+                               "quantile forecasts under an online budget of the HPA's replica-hours)."),
     shadow: str | None = typer.Option(None, "--shadow", help="Also run this policy in shadow mode (logged)."),
     capacity_rpm: float | None = typer.Option(None, "--capacity-rpm", help="Requests per minute one replica "
                                               "serves at 100% (from a load test); default: derived from history."),

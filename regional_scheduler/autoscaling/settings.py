@@ -114,6 +114,6 @@ class AutoscalerSettings(BaseSettings):
     keda: KedaSettings = KedaSettings()
     budget: BudgetSettings = BudgetSettings()
     policy: Literal["hpa", "forecast", "quantile", "quantile-budget", "learned"] = Field(
-        "learned", description="Live policy of the serving loop.")
+        "quantile-budget", description="Live policy of the serving loop.")
     shadow_policy: Literal["hpa", "forecast", "quantile", "quantile-budget", "learned"] | None = Field(
         None, description="Policy run beside the live one in shadow mode (recorded, never actuated).")

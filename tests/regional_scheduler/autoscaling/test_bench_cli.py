@@ -13,14 +13,17 @@ from meridian.cli import build_app
 def test_bench_autoscale_writes_json_with_required_keys(per_minute_csv: Path, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     result = CliRunner().invoke(build_app(), ["bench", "autoscale", "--series", str(per_minute_csv),
-                                              "--policies", "hpa,learned", "--json", str(out)])
+                                              "--policies", "hpa,quantile-budget,learned", "--json", str(out)])
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     entry = report["series"][per_minute_csv.stem]
-    for policy in ("hpa", "learned"):
+    for policy in ("hpa", "quantile-budget", "learned"):
         assert set(entry["policies"][policy]) >= {"slo_violation_minutes", "p99_latency_ms", "replica_hours",
                                                   "scale_events"}
     assert set(entry["vs_hpa"]["learned"]) == {"violation_reduction", "replica_hours_ratio", "meets_target"}
+    # The budget policy's levels were fitted and calibrated (on training days) and are reported.
+    assert entry["quantile"]["tau_up"] >= entry["quantile"]["tau_down"]
+    assert report["settings"]["budget"]["ratio"] == 1.03
     assert entry["train_days"] == 3 and entry["held_back_days"] == 1
 
 
