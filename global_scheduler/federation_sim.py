@@ -21,9 +21,13 @@ What is real and what is assumed (every assumption is a documented field of :cla
   fibre at 2/3 c with 1.5× route inflation) plus an M/M/1 response time ``service_ms / (1 − ρ)`` at
   the cluster's dominant-resource utilisation ρ. A latency-sensitive workload violates its SLO if,
   in any hour it runs, that sum exceeds its SLO.
-* **Power**: a node with any pod draws ``idle + (max − idle) · cpu_utilisation`` plus 250 W per busy
-  GPU and 30 W per idle GPU; an empty node is powered down (the cluster autoscaler's job). Energy is
-  hourly; carbon = energy × PUE × the hour's intensity; cost = energy × PUE × the hour's price.
+* **Power**: the node agents' documented model, :mod:`meridian.power_model` (the same one the live
+  simulated clusters of ``regional_scheduler.dispatch_worker`` use): the host profile of the node's
+  vCPU count on Fan et al.'s curve at its requested-CPU utilisation, plus each GPU board's power from
+  its openb model (a GPU held by a pod at full board power, a free one at idle). An empty node draws
+  0 W when ``power_off_empty_nodes`` (default): the cluster autoscaler consolidates and powers it off,
+  so where work is routed decides which nodes are on. Energy is hourly; carbon = energy × PUE × the
+  hour's intensity; cost = energy × PUE × the hour's price.
 
 Time advances in one-hour intervals (the carbon series' resolution). Arrivals of an hour are routed
 in arrival order; deferred and unplaceable workloads are retried every hour. A workload that cannot
@@ -46,7 +50,7 @@ import numpy as np
 
 from global_scheduler.routing.base import DEFER, NO_CLUSTER, Router, RoutingPolicy
 from gnn.features import ClusterFeatures, WorkloadFeatures, crit_utilisation, latency_ms
-from meridian import grid_data
+from meridian import grid_data, power_model
 
 GIB = 2**30
 
@@ -94,10 +98,9 @@ class FederationConfig:
     residency_share: float = 0.2  # tenants restricted to their origin's continent
     max_pending_hours: int = 2  # latency-sensitive work not placed by then fails
     service_ms: float = 5.0  # mean per-request service time for the M/M/1 latency estimate
-    node_idle_watts: float = 150.0
-    node_max_watts: float = 450.0
-    gpu_busy_watts: float = 250.0
-    gpu_idle_watts: float = 30.0
+    # Node power is meridian.power_model's (host profile by vCPUs, GPU board by model). An empty node
+    # draws 0 W: the cluster autoscaler powers it off, so routing work elsewhere saves a node's idle draw.
+    power_off_empty_nodes: bool = True
     weights_latency_sensitive: tuple[float, float, float, float] = (0.7, 0.05, 0.15, 0.1)  # perf, cost, energy, fair
     weights_batch: tuple[float, float, float, float] = (0.1, 0.1, 0.7, 0.1)
     forecast_hours: int = 24
@@ -223,6 +226,52 @@ def load_openb_nodes(path: str) -> np.ndarray:
     return np.array(rows, dtype=np.int64)
 
 
+@lru_cache(maxsize=2)
+def load_openb_gpu_models(path: str) -> tuple[str, ...]:
+    """The GPU model of each openb node, in file order ('' for a node without GPUs)."""
+    with open(path, newline="") as fh:
+        return tuple((row["model"] or "") if int(row["gpu"]) else "" for row in csv.DictReader(fh))
+
+
+@dataclass(frozen=True)
+class NodePowerModel:
+    """:mod:`meridian.power_model`'s coefficients for a fixed set of nodes, looked up once.
+
+    ``watts(used)`` is vectorised over nodes: host power on Fan et al.'s curve at requested-CPU
+    utilisation, plus per-device board power with the node's ``used`` GPUs busy (utilisation 1) and the
+    rest idle (0); nodes with nothing on them draw 0 W when ``power_off_empty``.
+    """
+
+    alloc: np.ndarray  # (n, 3) milli-CPU, memory bytes, GPUs
+    host_idle_watts: np.ndarray  # (n,)
+    host_max_watts: np.ndarray  # (n,)
+    gpu_idle_watts: np.ndarray  # (n,) per device
+    gpu_max_watts: np.ndarray  # (n,) per device
+    gpu_exists: np.ndarray  # (n, slots) bool
+
+    @classmethod
+    def for_nodes(cls, alloc: np.ndarray, gpu_models: list[str] | tuple[str, ...]) -> NodePowerModel:
+        alloc = np.asarray(alloc, dtype=np.int64)
+        host_idle, host_max = power_model.host_coefficients(alloc[:, 0] / 1000.0)
+        gpu_idle, gpu_max = power_model.gpu_coefficients(list(gpu_models))
+        slots = max(int(alloc[:, 2].max(initial=0)), 1)
+        exists = np.arange(slots)[None, :] < alloc[:, 2][:, None]
+        return cls(alloc, host_idle, host_max, gpu_idle, gpu_max, exists)
+
+    def watts(self, used: np.ndarray, *, power_off_empty: bool = True) -> np.ndarray:
+        """(n,) watts per node for ``used`` (n, 3) requested milli-CPU, memory bytes, GPUs."""
+        n = len(self.alloc)
+        cpu_util = np.divide(used[:, 0], self.alloc[:, 0], out=np.zeros(n), where=self.alloc[:, 0] > 0)
+        host = power_model.host_power_watts(cpu_util, self.host_idle_watts, self.host_max_watts)
+        busy = np.arange(self.gpu_exists.shape[1])[None, :] < used[:, 2][:, None]
+        gpus = power_model.gpu_power_watts(busy.astype(np.float64), self.gpu_exists, self.gpu_idle_watts,
+                                           self.gpu_max_watts)
+        node_w = host + gpus
+        if power_off_empty:
+            node_w = np.where((used > 0).any(axis=1), node_w, 0.0)
+        return node_w
+
+
 @dataclass
 class GridInputs:
     carbon: dict[str, grid_data.HourlySeries]
@@ -324,7 +373,8 @@ class FederationSim:
     def _build_clusters(self, traces_dir: Path) -> None:
         cfg = self.cfg
         rng = np.random.default_rng(cfg.seed)
-        shapes = load_openb_nodes(str(traces_dir / "alibaba-gpu-v2023" / "openb_node_list_all_node.csv"))
+        node_list = str(traces_dir / "alibaba-gpu-v2023" / "openb_node_list_all_node.csv")
+        shapes = load_openb_nodes(node_list)
         # Peak concurrent CPU demand over the window → nodes needed at the target utilisation.
         events = []
         for p in self.workloads:
@@ -342,10 +392,19 @@ class FederationSim:
         self.cluster_region = np.array([i % self.n_regions for i in range(cfg.clusters)], dtype=np.int64)
         self.cluster_names = [f"{self.regions[r].name}-{i // self.n_regions + 1}" for i, r in
                               enumerate(self.cluster_region)]
-        self.node_cluster = np.repeat(np.arange(cfg.clusters), per_cluster)
         picks = rng.integers(0, len(shapes), size=cfg.clusters * per_cluster)
-        self.node_alloc = shapes[picks].astype(np.int64)  # (N, 3)
-        self.per_cluster = per_cluster
+        models = np.array(load_openb_gpu_models(node_list))
+        self.set_nodes(shapes[picks].astype(np.int64), models[picks].tolist())
+
+    def set_nodes(self, alloc: np.ndarray, gpu_models: list[str]) -> None:
+        """Install the federation's nodes ((N, 3) allocatable, GPU model per node), ``N / clusters`` per
+        cluster in cluster order, and look up their power coefficients once."""
+        if len(alloc) % self.cfg.clusters or len(gpu_models) != len(alloc):
+            raise ValueError(f"{len(alloc)} nodes / {len(gpu_models)} GPU models for {self.cfg.clusters} clusters")
+        self.node_alloc = np.asarray(alloc, dtype=np.int64)  # (N, 3)
+        self.per_cluster = len(alloc) // self.cfg.clusters
+        self.node_cluster = np.repeat(np.arange(self.cfg.clusters), self.per_cluster)
+        self.node_power = NodePowerModel.for_nodes(self.node_alloc, gpu_models)
 
     # --------------------------------------------------------------------------------- state views
     def _reset_state(self) -> None:
@@ -585,15 +644,9 @@ class FederationSim:
                          workload_hours=replica_hours)
 
     def _power(self) -> np.ndarray:
-        cfg = self.cfg
-        active = (self.node_used[:, 0] > 0) | (self.node_used[:, 1] > 0) | (self.node_used[:, 2] > 0)
-        cpu_util = np.divide(self.node_used[:, 0], self.node_alloc[:, 0], out=np.zeros(len(self.node_used)),
-                             where=self.node_alloc[:, 0] > 0)
-        node_w = np.where(active, cfg.node_idle_watts + (cfg.node_max_watts - cfg.node_idle_watts) * cpu_util
-                          + cfg.gpu_busy_watts * self.node_used[:, 2]
-                          + cfg.gpu_idle_watts * (self.node_alloc[:, 2] - self.node_used[:, 2]), 0.0)
-        return node_w.reshape(cfg.clusters, self.per_cluster).sum(axis=1)
-
+        """IT watts per cluster now (:class:`NodePowerModel` summed over each cluster's nodes)."""
+        node_w = self.node_power.watts(self.node_used, power_off_empty=self.cfg.power_off_empty_nodes)
+        return node_w.reshape(self.cfg.clusters, self.per_cluster).sum(axis=1)
 
 def latency_now(sim: FederationSim, feats: ClusterFeatures, wf: WorkloadFeatures, util: np.ndarray) -> np.ndarray:
     return latency_ms(feats, wf, util)
