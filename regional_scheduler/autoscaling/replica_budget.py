@@ -80,6 +80,12 @@ class ReplicaBudget:
         self.balance = self.shadow_minutes = self.own_minutes = self.minutes = 0.0
         self._own_sum, self._own_count = 0.0, 0
 
+    def update_context(self, context: PolicyContext) -> None:
+        """Serving: the shadow HPA follows the service's current bounds, keeping its memory."""
+        self._context = context
+        if self.shadow is not None:
+            self.shadow.hpa.update_context(context)
+
     @property
     def leak(self) -> float:
         return math.exp(-1.0 / (self.settings.memory_days * 1440.0))

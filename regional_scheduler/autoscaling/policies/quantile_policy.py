@@ -102,6 +102,8 @@ class QuantilePolicy(GuardedPolicy):
         """Serving: a fresh context (one more minute of history) each minute. An own model is refitted
         once a day of new history and otherwise only re-predicted with its weights (cheap)."""
         super().update_context(context)
+        if self.budget is not None:
+            self.budget.update_context(context)
         if not self._own_model:
             return
         size = context.forecast.last_observed.size
