@@ -648,5 +648,6 @@ class FederationSim:
         node_w = self.node_power.watts(self.node_used, power_off_empty=self.cfg.power_off_empty_nodes)
         return node_w.reshape(self.cfg.clusters, self.per_cluster).sum(axis=1)
 
+
 def latency_now(sim: FederationSim, feats: ClusterFeatures, wf: WorkloadFeatures, util: np.ndarray) -> np.ndarray:
     return latency_ms(feats, wf, util)
