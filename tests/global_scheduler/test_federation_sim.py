@@ -113,3 +113,24 @@ def test_interval_records_carry_the_model_power(sim: FederationSim) -> None:
     assert busy
     for r in busy[:24]:
         assert r.energy_kwh == pytest.approx(r.power_watts * pue[r.region] / 1000)
+
+
+def test_routing_decisions_do_not_read_node_power(traces_dir: Path) -> None:
+    """Power only prices what was routed: changing the power model (empty nodes on or off) changes the
+    energy and nothing any policy decided."""
+    runs = []
+    for off in (True, False):
+        s = FederationSim(FederationConfig(days=1, clusters=6, power_off_empty_nodes=off), traces_dir)
+        decisions: list[tuple[int, int, int]] = []
+
+        def log(sim_: FederationSim, p, feats, wf, feasible, choice: int, decisions=decisions) -> int:
+            decisions.append((sim_.hour, p.w.id, int(choice)))
+            return choice
+
+        r = s.run(get_policy("least-carbon"), on_decision=log)
+        runs.append((r, decisions))
+    (powered_off, d_off), (kept_on, d_kept_on) = runs
+    assert d_off == d_kept_on and len(d_off) > 20
+    assert (powered_off.slo_violations, powered_off.failures, powered_off.workload_hours) == (
+        kept_on.slo_violations, kept_on.failures, kept_on.workload_hours)
+    assert kept_on.energy_kwh > powered_off.energy_kwh
