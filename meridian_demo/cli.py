@@ -107,8 +107,11 @@ def live_part(cfg: Any, bus_url: str, traces_dir: Path) -> dict[str, Any]:
         energy_by_tenant: dict[str, Any] = {}
         if not bus_url.startswith("memory:"):
             try:
+                # One report, grouped by tenant, also carries the per-region totals of the same ledger
+                # snapshot: two fetches from the live ledger would disagree by what landed in between.
                 report = fetch_report(fed.target, ReportQuery(
-                    since=datetime.now(UTC) - timedelta(minutes=10), until=datetime.now(UTC) + timedelta(seconds=1)))
+                    since=datetime.now(UTC) - timedelta(minutes=10), until=datetime.now(UTC) + timedelta(seconds=1),
+                    group_by="tenant"))
                 etable = Table(title="energy during the live part (from the accounting ledger over gRPC)")
                 for col in ("region", "energy Wh", "carbon g", "gCO2/kWh"):
                     etable.add_column(col, justify="left" if col == "region" else "right")
@@ -117,9 +120,7 @@ def live_part(cfg: Any, bus_url: str, traces_dir: Path) -> dict[str, Any]:
                                    "–" if t.carbon_intensity_g_per_kwh is None else f"{t.carbon_intensity_g_per_kwh:.0f}")
                 console.print(etable)
                 energy = {k: v.model_dump(mode="json") for k, v in report.regions.items()}
-                tenants = fetch_report(fed.target, ReportQuery(
-                    since=datetime.now(UTC) - timedelta(minutes=10), until=datetime.now(UTC) + timedelta(seconds=1),
-                    group_by="tenant"))
+                tenants = report
                 ttable = Table(title="the same energy by tenant (shared out by requests; (idle): unrequested capacity)")
                 for col in ("tenant", "energy Wh", "carbon g", "share"):
                     ttable.add_column(col, justify="left" if col == "tenant" else "right")
