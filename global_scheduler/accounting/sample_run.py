@@ -8,8 +8,8 @@ the run behind the tests and the README example. It is deliberately simple and s
   ``eu-central`` / ``eu-west``: Let's Wait Awhile DE / FR carbon of 2020 replayed 728 days later
   (104 weeks, so weekdays line up) against the 2022 ``DE-LU`` / ``FR`` prices, because the shared
   traces have no 2022 intensity for those zones;
-* node power from the linear utilisation→power model ``P = idle + (max − idle) · u`` with 120 W idle
-  and 400 W at full load per 64-core node (a typical two-socket server's SPECpower shape);
+* node power from :mod:`meridian.power_model` (the one model every simulator and the live path use):
+  a 64-core node is its ``standard`` host profile, 120 W idle and 400 W at full load on Fan's curve;
 * four tenants with a diurnal CPU demand; ``search`` and ``ads`` are latency-bound to their home
   region, ``ml-training`` and ``analytics`` may run anywhere;
 * two policies over the same demand: ``karmada`` spreads every workload over all clusters by capacity
@@ -34,10 +34,8 @@ from global_scheduler.accounting.run_store import (
     save_federation_run,
     save_run,
 )
-from meridian import grid_data
+from meridian import grid_data, power_model
 
-NODE_IDLE_WATTS = 120.0
-NODE_MAX_WATTS = 400.0
 NODE_CORES = 64
 REPLAY_SHIFT_HOURS = 728 * 24  # 104 weeks: 2020-12-03 replayed as 2022-12-01
 
@@ -89,6 +87,7 @@ def generate_sample_run(traces_dir: str | Path, out_dir: str | Path, *, start: d
     price = price_region[:, region_of]
     pue = np.array([c.pue for c in clusters])
     capacity = np.full(len(clusters), float(nodes_per_cluster * NODE_CORES))
+    node_idle_w, node_max_w = (float(w[0]) for w in power_model.host_coefficients(np.array([NODE_CORES])))
 
     rng = np.random.default_rng(seed)
     hour_of_day = (step_start % 86400) / 3600.0
@@ -111,8 +110,8 @@ def generate_sample_run(traces_dir: str | Path, out_dir: str | Path, *, start: d
             w_idx, c_idx = np.nonzero(alloc > 0)
             recorders[policy].record_interval(
                 step_start[i], step_start[i] + step_s,
-                power_watts=nodes * (NODE_IDLE_WATTS + (NODE_MAX_WATTS - NODE_IDLE_WATTS) * util),
-                idle_power_watts=np.full(len(clusters), nodes * NODE_IDLE_WATTS),
+                power_watts=nodes * power_model.host_power_watts(util, node_idle_w, node_max_w),
+                idle_power_watts=np.full(len(clusters), nodes * node_idle_w),
                 carbon_intensity_g_per_kwh=ci[i], price_per_mwh=price[i], allocatable_cpu_cores=capacity,
                 usage=WorkloadUsage(cluster_index=c_idx, tenant=[tenants[w] for w in w_idx],
                                     workload=[names[w] for w in w_idx],
@@ -122,7 +121,8 @@ def generate_sample_run(traces_dir: str | Path, out_dir: str | Path, *, start: d
                   "regions": {r.region: {"carbon": r.carbon_file, "price_area": r.price_area,
                                          "replay_shift_hours": r.replay_shift_hours}
                               for r in REGIONS},
-                  "power_model": {"node_idle_watts": NODE_IDLE_WATTS, "node_max_watts": NODE_MAX_WATTS,
+                  "power_model": {"model": "meridian.power_model host profile, Fan's curve",
+                                  "node_idle_watts": node_idle_w, "node_max_watts": node_max_w,
                                   "node_cores": NODE_CORES, "nodes_per_cluster": nodes_per_cluster}}
     return save_run(out_dir, recorders, primary="carbon-greedy", currency="EUR", provenance=provenance)
 

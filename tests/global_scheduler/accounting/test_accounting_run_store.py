@@ -17,6 +17,7 @@ from global_scheduler.accounting.run_store import (
     save_federation_run,
     save_run,
 )
+from meridian.power_model import host_coefficients
 
 T0 = datetime(2022, 12, 1, tzinfo=UTC).timestamp()
 
@@ -107,6 +108,15 @@ def test_sample_run_uses_the_real_series(sample_run_dir):
     assert set(run.regions()) == {"eu-north", "eu-central", "eu-west"}
     report = build_report(run)
     assert report.counterfactual is not None and report.counterfactual.carbon_saved_kg > 0
+    # Node power comes from the documented model's 64-core host profile (meridian.power_model): the run
+    # records its coefficients, and every cluster's mean power lies between its nodes' idle and full-load
+    # draw. (Bounds only: the curve's shape is tested in tests/node_agent/test_power.py.)
+    idle_w, max_w = (float(w[0]) for w in host_coefficients(np.array([64])))
+    assert run.manifest.provenance["power_model"]["node_idle_watts"] == idle_w
+    assert run.manifest.provenance["power_model"]["node_max_watts"] == max_w
+    nodes = run.manifest.provenance["power_model"]["nodes_per_cluster"]
+    mean_w = s["it_energy_joules"] / (s["end_s"] - s["start_s"])
+    assert np.all(mean_w >= nodes * idle_w - 1e-6) and np.all(mean_w <= nodes * max_w + 1e-6)
 
 
 def test_time_range_clips_and_prorates(tmp_path):
