@@ -150,8 +150,11 @@ def autoscaler(
     if prometheus is not None and not rate_query:
         raise typer.BadParameter("--prometheus needs --rate-query")
     settings = AutoscalerSettings()
-    live = build_policy(policy)
-    runner = ShadowRunner(live, build_policy(shadow)) if shadow else live
+    try:
+        live = build_policy(policy)
+        runner = ShadowRunner(live, build_policy(shadow)) if shadow else live
+    except KeyError as exc:
+        raise typer.BadParameter(str(exc.args[0])) from None
     online = OnlineAutoscaler(runner, settings, capacity_per_replica_rpm=capacity_rpm)
     driver = ScaleSubresourceDriver.from_cluster(name=deployment, namespace=namespace, dry_run=dry_run) \
         if drive_scale else None
