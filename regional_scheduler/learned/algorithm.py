@@ -48,17 +48,30 @@ CORRECTION_FEATURES: tuple[str, ...] = (
 )
 
 
+MLP_SCALE = "mlp_scale"
+
+# The node features that vary on a CPU-only cluster (seed-50x200), plus the MLP's scale: the GPU,
+# power and carbon columns are constant there, so their head weights change nothing and only add
+# noise to the search's gradient estimate (``--cpu-search-features cpu``).
+CPU_SEARCH_FEATURES: tuple[str, ...] = (
+    "free_cpu_frac", "free_mem_frac", "free_cpu_abs", "after_cpu_frac", "after_mem_frac", "after_cpu_abs",
+    "best_fit_leftover", "least_allocated", "balanced", "node_unused", "becomes_cpu_full", "becomes_mem_full",
+    "mlp_scale",
+)
+
+
 def search_mask(features: Sequence[str] | None) -> np.ndarray | None:
     """Which coordinates of ``[heuristic head ‖ mlp_scale]`` the search may move: the head weights of
-    ``features`` (``mlp_scale`` stays where it starts: 0 from FGD, so the correction stays linear);
-    ``None`` = all."""
+    ``features``, and ``mlp_scale`` only if the name ``"mlp_scale"`` is listed (otherwise it stays
+    where it starts: 0 from FGD, so the correction stays linear); ``None`` = all."""
     if features is None:
         return None
-    unknown = set(features) - set(IDX)
+    unknown = set(features) - set(IDX) - {MLP_SCALE}
     if unknown:
         raise ValueError(f"unknown node feature(s) {sorted(unknown)}")
     mask = np.zeros(len(IDX) + 1, dtype=bool)
-    mask[[IDX[f] for f in features]] = True
+    mask[[IDX[f] for f in features if f != MLP_SCALE]] = True
+    mask[-1] = MLP_SCALE in features
     return mask
 
 
@@ -134,20 +147,27 @@ class EvolutionStrategy:
       that a perturbed policy still places like the imitation start, big enough to change ties.
     - ``learning_rate`` (0.02): Adam step on the rank-shaped gradient estimate.
     - ``episodes_per_eval`` (1): episodes per candidate (all candidates of a generation share them).
-    - ``active`` (all): boolean mask of the coordinates the search moves (:func:`search_mask`).
+    - ``active`` (all): boolean mask of the coordinates of ``[head ‖ mlp_scale]`` the search moves
+      (:func:`search_mask`).
+    - ``layers`` (none): MLP layers (:data:`~regional_scheduler.learned.policy.SEARCHABLE_LAYERS`)
+      whose weights the search moves too, all of them — the head alone is linear in the node
+      features, so on a CPU-only cluster (where the resource features are collinear) it can only
+      switch between a few fixed rankings; a conditional rule needs the MLP.
     """
 
     def __init__(self, net: PlacementNet, episodes: EpisodeFactory, *, reward: RewardConfig | None = None,
                  pairs: int = 6, sigma: float = 0.05, learning_rate: float = 0.02, episodes_per_eval: int = 1,
-                 seed: int = 0, active: np.ndarray | None = None) -> None:
+                 seed: int = 0, active: np.ndarray | None = None, layers: Sequence[str] = ()) -> None:
         self.net = net
         self.episodes = episodes
         self.reward = reward
         self.pairs, self.sigma, self.learning_rate = pairs, sigma, learning_rate
         self.episodes_per_eval = episodes_per_eval
         self.rng = np.random.default_rng(seed)
-        self.theta = net.search_vector()
-        self.active = np.ones(self.theta.size, dtype=bool) if active is None else np.asarray(active, dtype=bool)
+        self.layers = tuple(layers)
+        self.theta = net.search_vector(self.layers)
+        head = np.ones(net.n_node + 1, dtype=bool) if active is None else np.asarray(active, dtype=bool)
+        self.active = np.concatenate([head, np.ones(self.theta.size - head.size, dtype=bool)])
         self.fast = NumpyPlacementNet(net)
         self._m = np.zeros_like(self.theta)
         self._v = np.zeros_like(self.theta)
@@ -157,7 +177,7 @@ class EvolutionStrategy:
         self.log = SearchLog()
 
     def _fitness(self, theta: np.ndarray, batch: list[Episode]) -> tuple[float, float]:
-        fast = self.fast.with_search_vector(theta)
+        fast = self.fast.with_search_vector(theta, self.layers)
         results = [rollout(fast, ep, reward=self.reward) for ep in batch]
         self.steps += sum(r.steps for r in results)
         return float(np.mean([r.episode_return for r in results])), float(np.mean([r.allocation for r in results]))
@@ -199,7 +219,7 @@ class EvolutionStrategy:
         self.theta = self.theta + self.learning_rate * m_hat / (np.sqrt(v_hat) + eps)
 
     def finish(self) -> PlacementNet:
-        self.net.set_search_vector(self.theta)
+        self.net.set_search_vector(self.theta, self.layers)
         return self.net
 
 
@@ -216,7 +236,7 @@ def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfi
                   validation_episodes: int = 0, seed: int = 0, on_progress: Callable[[str, int, int], None] | None = None,
                   init: PlacementNet | None = None, residual_bound: float | None = None,
                   zero_correction: bool = False, search_features: Sequence[str] | None = None,
-                  gate_unused: bool | None = None) -> ProfileResult:
+                  gate_unused: bool | None = None, search_layers: Sequence[str] = ()) -> ProfileResult:
     """Imitation of ``teacher`` on ``bc_episodes`` episodes, then ES until ``es_steps`` environment
     steps or ``es_max_seconds`` of wall time, whichever comes first.
 
@@ -231,7 +251,7 @@ def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfi
     (the network keeps its normalisation and MLP, whose weight ``mlp_scale`` starts at 0), and the
     search result is kept only if it beats FGD on the validation episodes.
     ``search_features``: move only these head weights (:func:`search_mask`); ``None`` = the whole
-    ``[head ‖ mlp_scale]``.
+    ``[head ‖ mlp_scale]``. ``search_layers``: MLP layers the search moves as well (all their weights).
     ``gate_unused``: empty nodes get a constant correction (:class:`~regional_scheduler.learned.policy.PlacementNet`).
     ``residual_bound``: the correction's bound ``b`` (:func:`~regional_scheduler.learned.policy.residual_logits`).
     """
@@ -259,7 +279,8 @@ def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfi
         net.zero_correction()
     bc_s = time.perf_counter() - t0
     es = EvolutionStrategy(net, episodes, reward=reward, pairs=pairs, sigma=sigma, learning_rate=learning_rate,
-                           episodes_per_eval=episodes_per_eval, seed=seed, active=search_mask(search_features))
+                           episodes_per_eval=episodes_per_eval, seed=seed, active=search_mask(search_features),
+                           layers=search_layers)
     t1 = time.perf_counter()
     while es.steps < es_steps and time.perf_counter() - t1 < es_max_seconds:
         es.generation()
@@ -267,12 +288,12 @@ def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfi
             on_progress("es", min(es.steps, es_steps), es_steps)
     # Model selection on training-distribution episodes neither phase used: keep the search's
     # result only if it beats the imitation start there.
-    theta0 = net.search_vector()
+    theta0 = net.search_vector(search_layers)
     validation = [episodes(2_000_000 + i) for i in range(validation_episodes)]
     scores = {}
     start = "fgd" if zero_correction else ("init" if init is not None else "imitation")
     for name, theta in (("imitation", theta0), ("search", es.theta)):
-        fast = NumpyPlacementNet(net).with_search_vector(theta)
+        fast = NumpyPlacementNet(net).with_search_vector(theta, search_layers)
         scores[name] = float(np.mean([rollout(fast, ep, reward=reward).episode_return for ep in validation])) \
             if validation else 0.0
     if scores["search"] >= scores["imitation"]:
@@ -284,8 +305,9 @@ def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfi
         "search": {"generations": es.log.generations, "steps": es.steps, "wall_s": time.perf_counter() - t1,
                    "pairs": pairs, "sigma": sigma, "learning_rate": learning_rate,
                    "episodes_per_eval": episodes_per_eval,
-                   "search_features": list(search_features) if search_features is not None else "all"},
+                   "search_features": list(search_features) if search_features is not None else "all",
+                   "search_layers": list(search_layers)},
         "validation": {"episodes": validation_episodes, "mean_return": scores, "kept": kept,
                        "start": start},  # "imitation" in mean_return/kept names the search's start
-        "search_vector": net.search_vector().tolist(),
+        "search_vector": net.search_vector(search_layers).tolist(),
     })

@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from meridian.traces import openb
+from regional_scheduler.learned.reward import RewardConfig
 from regional_scheduler.learned.serving import DEFAULT_CHECKPOINT
 
 if TYPE_CHECKING:
@@ -43,6 +44,29 @@ def _pod_list_path(name: str) -> Path:
     if path.suffix == ".csv":
         return path
     return openb.openb_dir() / f"openb_pod_list_{name}.csv"
+
+
+def cpu_reward_config(unplaced_penalty: float, gini_weight: float, gini_cap: float | None,
+                      gini_over_cap: float) -> RewardConfig:
+    """The CPU profile's training reward: ``CPU_REWARD`` with the ``--cpu-*`` options (Gini in points,
+    0–100, as the benchmark prints it; the reward's fragmentation is that score / 100)."""
+    from regional_scheduler.learned.reward import CPU_REWARD
+
+    update: dict[str, float] = {"unplaced_penalty": unplaced_penalty, "terminal_fragmentation": gini_weight}
+    if gini_cap is not None:
+        # Per Gini point above the cap → per unit of the reward's fragmentation (0–1): × 100.
+        update |= {"fragmentation_cap": gini_cap / 100.0, "fragmentation_over_cap": 100.0 * gini_over_cap}
+    return RewardConfig.model_validate(CPU_REWARD.model_dump() | update)
+
+
+def _cpu_search_features(spec: str) -> Sequence[str] | None:
+    from regional_scheduler.learned import algorithm
+
+    if spec == "all":
+        return None
+    if spec == "cpu":
+        return algorithm.CPU_SEARCH_FEATURES
+    return [f.strip() for f in spec.split(",") if f.strip()]
 
 
 def train_placement(
@@ -78,6 +102,27 @@ def train_placement(
                                           "keep FGD's first-in-order rule); see policy.py"),
     cpu_unplaced_penalty: float = typer.Option(1.5, min=0.0, help="CPU profile: return lost per pod that fits "
                                                "nowhere (reward.CPU_REWARD's default 1.5)"),
+    cpu_episodes_per_eval: int = typer.Option(2, min=1, help="CPU profile: episodes per ES candidate (all "
+                                              "candidates of a generation share them: common random numbers)"),
+    cpu_pairs: int = typer.Option(6, min=1, help="CPU profile: ± perturbation pairs per ES generation"),
+    cpu_sigma: float = typer.Option(1.0, min=1e-4, help="CPU profile: ES perturbation scale"),
+    cpu_learning_rate: float = typer.Option(0.3, min=1e-6, help="CPU profile: ES (Adam) step"),
+    cpu_validation_episodes: int = typer.Option(10, min=0, help="CPU profile: in-training validation episodes "
+                                                "(seeds 2,001,000+) that decide between the search's result "
+                                                "and its start"),
+    cpu_gini_weight: float = typer.Option(100.0, min=0.0, help="CPU profile: return lost per unit of final "
+                                          "Gini score / 100 (reward.CPU_REWARD's terminal_fragmentation 100: "
+                                          "one Gini point = 1)"),
+    cpu_gini_cap: float | None = typer.Option(None, min=0.0, max=100.0, help="CPU profile: Gini score above "
+                                              "which --cpu-gini-over-cap applies (a constraint; off by default)"),
+    cpu_gini_over_cap: float = typer.Option(10.0, min=0.0, help="CPU profile: return lost per Gini point "
+                                            "above --cpu-gini-cap"),
+    cpu_search_features: str = typer.Option("all", help="CPU profile: what the search moves — 'all' (head and "
+                                            "MLP scale), 'cpu' (algorithm.CPU_SEARCH_FEATURES: the columns that "
+                                            "vary on a CPU-only cluster, and mlp_scale) or a comma-separated list"),
+    cpu_search_layers: str = typer.Option("", help="CPU profile: MLP layers whose weights the search moves "
+                                          "as well, comma-separated (policy.SEARCHABLE_LAYERS: mlp.2, mlp.4); "
+                                          "'' = none"),
     search_features: str = typer.Option("correction", help="GPU profile: node features whose head weights the "
                                         "search moves — 'correction' (algorithm.CORRECTION_FEATURES: a linear, "
                                         "cheap correction), 'all' (head and MLP scale) or a comma-separated list"),
@@ -85,7 +130,7 @@ def train_placement(
     """Imitate the best heuristic, improve it with evolution-strategies policy search, write a checkpoint."""
     from regional_scheduler.learned import algorithm
     from regional_scheduler.learned.policy import save_checkpoint
-    from regional_scheduler.learned.reward import CPU_REWARD, GPU_REWARD
+    from regional_scheduler.learned.reward import GPU_REWARD
 
     wanted = [p.strip() for p in profiles.split(",") if p.strip()]
     unknown = set(wanted) - {"gpu", "cpu"}
@@ -136,14 +181,18 @@ def train_placement(
                                           "gate_unused": gate_unused}
             else:
                 cpu_init = _init_profile(init, "cpu")
-                cpu_reward = CPU_REWARD.model_copy(update={"unplaced_penalty": cpu_unplaced_penalty})
+                cpu_reward = cpu_reward_config(cpu_unplaced_penalty, cpu_gini_weight, cpu_gini_cap,
+                                               cpu_gini_over_cap)
                 result = algorithm.train_profile(
                     episodes=algorithm.seed_episodes(), teacher="best-fit", reward=cpu_reward, bc_episodes=10,
-                    bc_every=1, bc_epochs=6, es_steps=budget, es_max_seconds=share, pairs=6, sigma=1.0,
-                    learning_rate=0.3, episodes_per_eval=2, validation_episodes=10, seed=seed, on_progress=report,
-                    init=cpu_init)
+                    bc_every=1, bc_epochs=6, es_steps=budget, es_max_seconds=share, pairs=cpu_pairs,
+                    sigma=cpu_sigma, learning_rate=cpu_learning_rate, episodes_per_eval=cpu_episodes_per_eval,
+                    validation_episodes=cpu_validation_episodes, seed=seed, on_progress=report, init=cpu_init,
+                    search_features=_cpu_search_features(cpu_search_features),
+                    search_layers=[x.strip() for x in cpu_search_layers.split(",") if x.strip()])
                 result.log["scenario"] = "seed-50x200, seeds 1000+ (the benchmark uses 0-9)"
                 result.log["unplaced_penalty"] = cpu_unplaced_penalty
+                result.log["reward"] = cpu_reward.model_dump()
                 result.log["init"] = str(init) if init is not None else None
             nets[profile], logs[profile] = result.net, result.log
             progress.update(task, completed=budget)
@@ -162,6 +211,8 @@ def train_placement(
             old_nets, old_extra, old_version = upgrade_profiles(out)
             log["upgraded_from_feature_layout"] = old_version
         old_log = json.loads(log_path.read_text()) if log_path.is_file() else {"profiles": {}}
+        # Keep the old file's other metadata (e.g. ``gate_unused`` of a profile carried over).
+        extra = {**{k: v for k, v in old_extra.items() if k not in extra}, **extra}
         for name, net in old_nets.items():
             if name not in nets:
                 nets[name] = net

@@ -44,7 +44,7 @@ version, and load with ``torch.load(..., weights_only=True)`` only.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,18 @@ def residual_logits(base: np.ndarray, bound: float, correction: Callable[[np.nda
         return out
     out[near] = base[near] + bound * squash(correction(near))
     return out
+
+
+# MLP layers a policy search may move besides ``[head ‖ mlp_scale]`` (the hidden and output layers;
+# the input layer, 1,664 weights, is left to imitation): ``mlp.2`` 16×16 + 16, ``mlp.4`` 16 + 1.
+SEARCHABLE_LAYERS: tuple[str, ...] = ("mlp.2", "mlp.4")
+
+
+def _layers(layers: Sequence[str]) -> list[str]:
+    unknown = set(layers) - set(SEARCHABLE_LAYERS)
+    if unknown:
+        raise ValueError(f"policy search cannot move layer(s) {sorted(unknown)}; choose from {SEARCHABLE_LAYERS}")
+    return [name for name in SEARCHABLE_LAYERS if name in layers]
 
 
 class CheckpointError(ValueError):
@@ -168,15 +180,28 @@ class PlacementNet(nn.Module):
         return out.numpy().astype(np.float64)
 
     # ------------------------------------------------------------------ the policy-search subspace
-    def search_vector(self) -> np.ndarray:
-        """``[heuristic head weights ‖ mlp_scale]`` — what policy search tunes."""
+    def search_vector(self, layers: Sequence[str] = ()) -> np.ndarray:
+        """``[heuristic head weights ‖ mlp_scale]`` — what policy search tunes — followed by the
+        weights and biases of the MLP ``layers`` named (``"mlp.2"``, ``"mlp.4"``; in
+        :data:`SEARCHABLE_LAYERS` order, weight row-major then bias), when a search moves them too."""
         head = self.heuristic_head.weight.detach().numpy().ravel().astype(np.float64)
-        return np.concatenate([head, [float(self.mlp_scale.detach())]])
+        parts = [head, [float(self.mlp_scale.detach())]]
+        for name in _layers(layers):
+            layer = self.mlp[int(name.split(".")[1])]
+            parts += [layer.weight.detach().numpy().ravel(), layer.bias.detach().numpy()]
+        return np.concatenate(parts).astype(np.float64)
 
-    def set_search_vector(self, vec: np.ndarray) -> None:
+    def set_search_vector(self, vec: np.ndarray, layers: Sequence[str] = ()) -> None:
+        n = self.n_node
         with torch.no_grad():
-            self.heuristic_head.weight.copy_(torch.as_tensor(vec[:-1], dtype=torch.float32).view(1, -1))
-            self.mlp_scale.fill_(float(vec[-1]))
+            self.heuristic_head.weight.copy_(torch.as_tensor(vec[:n], dtype=torch.float32).view(1, -1))
+            self.mlp_scale.fill_(float(vec[n]))
+            at = n + 1
+            for name in _layers(layers):
+                layer = self.mlp[int(name.split(".")[1])]
+                for p in (layer.weight, layer.bias):
+                    p.copy_(torch.as_tensor(vec[at:at + p.numel()], dtype=torch.float32).view_as(p))
+                    at += p.numel()
 
     # ------------------------------------------------------------------ checkpoints
     def hyper_parameters(self) -> dict[str, float]:
@@ -339,11 +364,25 @@ class NumpyPlacementNet:
         self._b_used = float(-(self.mean[used] * self.inv_std[used]) @ self.w_lin[used, 0]) if used.size else 0.0
         self._g_unused = float(self.w_lin[UNUSED, 0])
 
-    def with_search_vector(self, vec: np.ndarray) -> NumpyPlacementNet:
-        """A copy with another ``[heuristic head ‖ mlp_scale]`` (policy search's candidates)."""
+    def with_search_vector(self, vec: np.ndarray, layers: Sequence[str] = ()) -> NumpyPlacementNet:
+        """A copy with another ``[heuristic head ‖ mlp_scale ‖ layers…]`` (policy search's candidates;
+        the layout of :meth:`PlacementNet.search_vector`)."""
         other = copy.copy(self)
-        other.w_lin = np.asarray(vec[:-1], dtype=np.float32).reshape(-1, 1)
-        other.mlp_scale = float(vec[-1])
+        n = self.n_node
+        other.w_lin = np.asarray(vec[:n], dtype=np.float32).reshape(-1, 1)
+        other.mlp_scale = float(vec[n])
+        at = n + 1
+        h = self.w1.shape[0]
+        for name in _layers(layers):
+            rows = h if name == "mlp.2" else 1
+            w = np.asarray(vec[at:at + rows * h], dtype=np.float32).reshape(rows, h)
+            b = np.asarray(vec[at + rows * h:at + rows * h + rows], dtype=np.float32)
+            at += rows * h + rows
+            # Stored transposed, as in __init__ (torch's Linear keeps (out, in)).
+            if name == "mlp.2":
+                other.w1, other.b1 = np.ascontiguousarray(w.T), b
+            else:
+                other.w2, other.b2 = np.ascontiguousarray(w.T), b
         other._head_only()
         return other
 

@@ -14,8 +14,12 @@ Per step (one pod), after the placement:
 - ``band(util)`` ∈ [0, 1]: 1 while the cluster's allocation (GPU on a GPU cluster, CPU otherwise)
   is inside the 80–95 % band, falling linearly to 0 at 0 % below and at 100 % above.
 
-At the end of an episode: ``+ terminal_allocation · alloc − terminal_fragmentation · frag``, with
-``alloc`` the final allocation ratio (the benchmark's headline number) in [0, 1].
+At the end of an episode: ``+ terminal_allocation · alloc − terminal_fragmentation · frag
+− fragmentation_over_cap · max(0, frag − fragmentation_cap)``, with ``alloc`` the final allocation
+ratio (the benchmark's headline number) in [0, 1]. The cap term turns a fragmentation *target*
+(seed-50x200: Gini ≤ 31) into a constraint: with a small ``terminal_fragmentation`` and a large
+``unplaced_penalty`` the return is dominated by failures, and fragmentation costs little until it
+passes the cap, then much (off by default: ``fragmentation_cap`` 1).
 
 The four layered weights must sum to 1 (the seed's convention); :class:`RewardConfig` validates it.
 """
@@ -42,6 +46,10 @@ class RewardConfig(BaseModel):
     unplaced_penalty: float = Field(1.0, ge=0, description="subtracted for each pod that fits nowhere")
     terminal_allocation: float = Field(0.0, ge=0, description="× final allocation ratio (0–1) at the end")
     terminal_fragmentation: float = Field(0.0, ge=0, description="× final fragmentation (0–1) at the end")
+    fragmentation_cap: float = Field(1.0, ge=0, le=1, description="final fragmentation (0–1) above which "
+                                     "fragmentation_over_cap applies")
+    fragmentation_over_cap: float = Field(0.0, ge=0, description="× (final fragmentation − fragmentation_cap)⁺ "
+                                          "at the end")
 
     @model_validator(mode="after")
     def _weights_sum_to_one(self) -> RewardConfig:
@@ -104,8 +112,9 @@ def step_reward(cfg: RewardConfig, state: ClusterState, node: int | None, *, gpu
 
 
 def terminal_reward(cfg: RewardConfig, state: ClusterState, *, gpu_frag_milli: float | None = None) -> float:
-    return (cfg.terminal_allocation * allocation(state)
-            - cfg.terminal_fragmentation * fragmentation(state, gpu_frag_milli))
+    frag = fragmentation(state, gpu_frag_milli)
+    return (cfg.terminal_allocation * allocation(state) - cfg.terminal_fragmentation * frag
+            - cfg.fragmentation_over_cap * max(0.0, frag - cfg.fragmentation_cap))
 
 
 def default_reward(state: ClusterState) -> RewardConfig:
