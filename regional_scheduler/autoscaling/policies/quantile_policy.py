@@ -33,7 +33,7 @@ from regional_scheduler.autoscaling.quantile_forecaster import (
 )
 from regional_scheduler.autoscaling.queueing import max_utilisation_within_slo
 from regional_scheduler.autoscaling.replica_budget import ReplicaBudget
-from regional_scheduler.autoscaling.settings import BudgetSettings
+from regional_scheduler.autoscaling.settings import AutoscalerSettings, BudgetSettings
 from regional_scheduler.autoscaling.simulator import Observation
 
 NAME = "quantile"
@@ -149,5 +149,6 @@ def build(tau: float = DEFAULT_TAU, model: QuantileForecast | None = None) -> Qu
 
 def build_budget(tau: float = DEFAULT_TAU, model: QuantileForecast | None = None,
                  budget: BudgetSettings | None = None) -> QuantilePolicy:
-    """The quantile policy under an online replica-hours budget (:mod:`..replica_budget`)."""
-    return QuantilePolicy(tau, model, budget=budget or BudgetSettings())
+    """The quantile policy under an online replica-hours budget (:mod:`..replica_budget`); without
+    ``budget``, the one configured in the environment (``MERIDIAN_AUTOSCALER_BUDGET__*``)."""
+    return QuantilePolicy(tau, model, budget=budget or AutoscalerSettings().budget)

@@ -141,3 +141,17 @@ def test_serving_loop_keeps_the_shadow_advancing_after_history_is_trimmed() -> N
     # One shadow minute per sample after the first (whose minute is the shadow's start), trimmed or not.
     assert shadow.simulator.end_minute == minutes - 1
     assert 0.3 < policy.budget.spend_ratio < 3.0
+
+
+def test_served_budget_policy_reads_its_budget_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """deploy/autoscaler.yaml sets MERIDIAN_AUTOSCALER_BUDGET__RATIO; the CLI builds policies by name."""
+    monkeypatch.setenv("MERIDIAN_AUTOSCALER_BUDGET__RATIO", "1.0")
+    monkeypatch.setenv("MERIDIAN_AUTOSCALER_BUDGET__MAX_LEVELS", "2")
+    policy = build_policy(BUDGET_NAME)
+    assert isinstance(policy, QuantilePolicy) and policy.budget is not None
+    assert policy.budget.settings == BudgetSettings(ratio=1.0, max_levels=2)
+    monkeypatch.delenv("MERIDIAN_AUTOSCALER_BUDGET__RATIO")
+    monkeypatch.delenv("MERIDIAN_AUTOSCALER_BUDGET__MAX_LEVELS")
+    default = build_policy(BUDGET_NAME)
+    assert isinstance(default, QuantilePolicy) and default.budget is not None
+    assert default.budget.settings.ratio == 1.03
