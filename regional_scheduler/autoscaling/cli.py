@@ -124,9 +124,11 @@ def autoscaler(
                                      help="Write spec.replicas of the Deployment's scale subresource."),
     dry_run: bool = typer.Option(True, "--dry-run/--no-dry-run", help="Server-side dry run of scale writes."),
     keda: bool = typer.Option(True, "--keda/--no-keda", help="Serve KEDA's external scaler gRPC API."),
-    policy: str = typer.Option("quantile-budget", "--policy", help="Live policy (the benchmark's best: "
-                               "quantile forecasts under an online budget of the HPA's replica-hours)."),
-    shadow: str | None = typer.Option(None, "--shadow", help="Also run this policy in shadow mode (logged)."),
+    policy: str | None = typer.Option(None, "--policy", help="Live policy; default MERIDIAN_AUTOSCALER_POLICY, "
+                                      "else quantile-budget (the benchmark's best: quantile forecasts under an "
+                                      "online budget of the HPA's replica-hours)."),
+    shadow: str | None = typer.Option(None, "--shadow", help="Also run this policy in shadow mode (logged); "
+                                      "default MERIDIAN_AUTOSCALER_SHADOW_POLICY."),
     capacity_rpm: float | None = typer.Option(None, "--capacity-rpm", help="Requests per minute one replica "
                                               "serves at 100% (from a load test); default: derived from history."),
     minutes: int | None = typer.Option(None, "--minutes", help="Stop after this many decisions."),
@@ -150,6 +152,8 @@ def autoscaler(
     if prometheus is not None and not rate_query:
         raise typer.BadParameter("--prometheus needs --rate-query")
     settings = AutoscalerSettings()
+    policy = policy or settings.policy
+    shadow = shadow or settings.shadow_policy
     try:
         live = build_policy(policy)
         runner = ShadowRunner(live, build_policy(shadow)) if shadow else live

@@ -32,3 +32,15 @@ def test_autoscaler_rejects_an_unknown_policy_with_a_usage_error(per_minute_csv:
         "autoscaler", "--deployment", "web", "--replay", str(per_minute_csv), "--no-keda", flag, "magic"])
     assert result.exit_code == 2  # a usage error naming the choices, not a traceback
     assert "unknown autoscaling policy 'magic'" in result.output and "quantile-budget" in result.output
+
+
+def test_autoscaler_takes_its_policies_from_the_environment_when_no_flag_is_given(
+        per_minute_csv: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MERIDIAN_AUTOSCALER_POLICY", "hpa")
+    monkeypatch.setenv("MERIDIAN_AUTOSCALER_SHADOW_POLICY", "forecast")
+    caplog.set_level(logging.INFO, logger="regional_scheduler.autoscaling.cli")
+    result = CliRunner().invoke(build_app(), [
+        "autoscaler", "--deployment", "web", "--replay", str(per_minute_csv), "--no-keda", "--interval", "0",
+        "--minutes", "3"])
+    assert result.exit_code == 0, result.output
+    assert sum("shadow(forecast)=" in r.getMessage() for r in caplog.records) == 3
