@@ -1,7 +1,9 @@
 """Autoscaler settings: nested, typed, each field documented with its unit and why this default.
 
 Read from the environment with the prefix ``MERIDIAN_AUTOSCALER_`` and ``__`` between levels, e.g.
-``MERIDIAN_AUTOSCALER_SERVICE__STARTUP_DELAY_S=90`` or ``MERIDIAN_AUTOSCALER_GUARD__MAX_REPLICAS=50``.
+``MERIDIAN_AUTOSCALER_SERVICE__STARTUP_DELAY_S=90`` or ``MERIDIAN_AUTOSCALER_SIZING__MIN_REPLICAS=2``.
+The guard rails take their bounds from the sizing (min/max replicas); their 50 % and 3-minute limits
+are the issue's and fixed.
 """
 
 from __future__ import annotations
