@@ -126,14 +126,19 @@ def crit_utilisation(rtt_ms: np.ndarray, slo_ms: np.ndarray, service_ms: float) 
     return 1.0 - service_ms / np.maximum(slo_ms - rtt_ms, 1e-3)
 
 
-def slo_safe(c: ClusterFeatures, w: WorkloadFeatures, margin: float) -> np.ndarray:
-    """Clusters where placing ``w`` keeps its own and every running workload's SLO with ``margin`` to spare."""
-    util = utilisation_after(c, w) + margin
-    ok = util <= c.slo_ceiling()
+def slo_excess(c: ClusterFeatures, w: WorkloadFeatures, margin: float) -> np.ndarray:
+    """Utilisation by which placing ``w`` (plus ``margin``) would exceed the lowest SLO ceiling on each
+    cluster — its own or a running workload's; ≤ 0 where every SLO keeps ``margin`` to spare."""
+    limit = c.slo_ceiling()
     if w.latency_slo_ms > 0 and w.origin_region >= 0:
         own = crit_utilisation(c.rtt_ms[w.origin_region, c.region_index], np.full(c.n, w.latency_slo_ms), c.service_ms)
-        ok &= util <= own
-    return ok
+        limit = np.minimum(limit, own)
+    return utilisation_after(c, w) + margin - limit
+
+
+def slo_safe(c: ClusterFeatures, w: WorkloadFeatures, margin: float) -> np.ndarray:
+    """Clusters where placing ``w`` keeps its own and every running workload's SLO with ``margin`` to spare."""
+    return slo_excess(c, w, margin) <= 0
 
 
 def slo_ceiling_loss(c: ClusterFeatures, w: WorkloadFeatures) -> np.ndarray:

@@ -122,10 +122,13 @@ class Router:
 
 
 def select(scores: np.ndarray, feasible: np.ndarray, deferrable: bool) -> int:
-    """Highest-scoring feasible cluster, or :data:`DEFER` when deferring scores higher (ties: lowest index)."""
+    """Highest-scoring feasible cluster, or :data:`DEFER` when deferring scores higher (ties: lowest index);
+    :data:`NO_CLUSTER` when nothing is feasible or every feasible cluster scores −∞."""
     n = feasible.shape[0]
     masked = np.where(feasible, scores[:n], -np.inf)
     best = int(np.argmax(masked)) if feasible.any() else NO_CLUSTER
+    if best != NO_CLUSTER and masked[best] == -np.inf:
+        best = NO_CLUSTER  # a policy ruled every feasible cluster out (argmax would return index 0)
     if deferrable and (best == NO_CLUSTER or scores[n] > masked[best]):
         return DEFER
     return best

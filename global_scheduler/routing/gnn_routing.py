@@ -3,8 +3,8 @@
 Shield (Alshiekh et al., "Safe Reinforcement Learning via Shielding", AAAI 2018): among the feasible
 clusters, those where the placement would leave less than ``shield_margin`` utilisation head-room
 before its own or a running workload's latency SLO breaks (M/M/1 estimate) are ruled out whenever a
-safe one exists; the network chooses among the rest. Without any safe cluster the network's choice
-stands (the alternative is not to run the workload). The margin the network was trained with is
+safe one exists; the network chooses among the rest. Without any, the clusters where no SLO would
+break remain; if there are none either, the workload waits (it is retried; deferrable work defers). The margin the network was trained with is
 recorded in its checkpoint (``meta["shield_margin"]``) and used unless one is given; checkpoints
 without it used 0.1.
 
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from global_scheduler.routing.base import can_defer, with_defer
-from gnn.features import ClusterFeatures, WorkloadFeatures, slo_safe, utilisation_after
+from gnn.features import ClusterFeatures, WorkloadFeatures, slo_excess, slo_safe, utilisation_after
 from gnn.policy import DEFAULT_CHECKPOINT, CheckpointError, GnnRoutingNet
 
 NAME = "gnn"
@@ -83,6 +83,13 @@ class GnnRouting:
         safe = feasible & slo_safe(clusters, workload, self.shield_margin)
         if safe.any():
             scores[:-1] = np.where(safe, scores[:-1], -np.inf)
+        elif feasible.any():
+            # No cluster keeps the margin: give the margin up, but never place where an SLO would break
+            # (the workload's own or a running one's). If every cluster would, the workload waits
+            # (admission control: held in the queue and retried, as kube-scheduler leaves a pod pending)
+            # instead of breaking the SLOs of everything already running there.
+            within = feasible & (slo_excess(clusters, workload, 0.0) <= 0)
+            scores[:-1] = np.where(within, scores[:-1], -np.inf)
         return scores
 
     def _fallback(self, clusters: ClusterFeatures, workload: WorkloadFeatures) -> np.ndarray:

@@ -107,6 +107,9 @@ def test_available_replicas_uses_the_scarcest_resource() -> None:
     pytest.param([1.0, 3.0, 2.0, 5.0], [True, True, True], True, DEFER, id="defer-wins"),
     pytest.param([1.0, 3.0, 2.0, 0.0], [True, False, True], True, 2, id="masked-best"),
     pytest.param([1.0, 3.0, 2.0, -np.inf], [False, False, False], False, NO_CLUSTER, id="nothing-feasible"),
+    pytest.param([-np.inf, -np.inf, -np.inf, -np.inf], [True, True, False], False, NO_CLUSTER,
+                 id="every-feasible-ruled-out"),
+    pytest.param([-np.inf, -np.inf, -np.inf, 0.0], [True, True, False], True, DEFER, id="ruled-out-defers"),
 ])
 def test_select(scores, feasible, deferrable, expected) -> None:
     assert select(np.array(scores), np.array(feasible), deferrable) == expected
@@ -141,5 +144,13 @@ def test_gnn_shield_keeps_running_slos() -> None:
     # Cluster 2: (32 + 4) / 64 = 56 % (+10 % margin) > 52 %: ruled out. Cluster 0: (56 + 4) / 64 = 94 %
     # + 10 % > 100 %: ruled out too. Cluster 1: (48 + 4) / 64 = 81 % + 10 % ≤ 100 %: the only safe one.
     assert scores[0] == -np.inf and scores[2] == -np.inf and np.isfinite(scores[1])
-    c.tightest_slo_utilisation = np.full(3, 0.1)  # nothing is safe: the network's scores stand
-    assert np.isfinite(policy.score(c, workload(), np.ones(3, dtype=bool))[:3]).all()
+    # No cluster keeps the margin, but cluster 1 breaks no SLO at 0.81 ≤ 0.85 (0 at 0.94 > 0.9 and 2 at
+    # 0.56 > 0.52 would): the margin is given up there, never an SLO.
+    c.tightest_slo_utilisation = np.array([0.9, 0.85, 0.52])
+    scores = policy.score(c, workload(), np.ones(3, dtype=bool))
+    assert np.isfinite(scores[1]) and scores[0] == -np.inf and scores[2] == -np.inf
+    # Every cluster would break a running workload's SLO: the workload waits instead of breaking them.
+    c.tightest_slo_utilisation = np.full(3, 0.1)
+    assert (policy.score(c, workload(), np.ones(3, dtype=bool))[:3] == -np.inf).all()
+    assert Router(policy).decide(lambda: c, workload()).cluster == NO_CLUSTER
+    assert Router(policy).decide(lambda: c, workload(deferrable=True, deadline_hours=5.0)).cluster == DEFER
