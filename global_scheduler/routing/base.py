@@ -92,7 +92,7 @@ class Router:
         scores = self._stage("score", t, lambda: self.policy.score(clusters, workload, mask))
         choice = self._stage("select", t, lambda: select(np.asarray(scores), mask, deferrable))
         assert isinstance(choice, int)
-        return Decision(choice, diagnosis, t, mask)
+        return Decision(choice, _ruled_out(diagnosis, choice, mask, self.policy), t, mask)
 
 
     def decide_scored(self, clusters: ClusterFeatures, workload: WorkloadFeatures, scores: np.ndarray,
@@ -118,7 +118,15 @@ class Router:
         final = self._stage("score", t, lambda: refine(clusters, workload, mask, scores) if refine else scores)
         choice = self._stage("select", t, lambda: select(np.asarray(final), mask, deferrable))
         assert isinstance(choice, int)
-        return Decision(choice, diagnosis, t, mask)
+        return Decision(choice, _ruled_out(diagnosis, choice, mask, self.policy), t, mask)
+
+
+def _ruled_out(diagnosis: dict[str, int], choice: int, mask: np.ndarray, policy: RoutingPolicy) -> dict[str, int]:
+    """Name the policy when it, not the filter, left no cluster (the gnn shield: every cluster would
+    break a latency SLO), so "waiting: …" says why."""
+    if choice == NO_CLUSTER and mask.any():
+        return {**diagnosis, f"ruled out by {policy.name} (e.g. an SLO would break)": int(mask.sum())}
+    return diagnosis
 
 
 def select(scores: np.ndarray, feasible: np.ndarray, deferrable: bool) -> int:

@@ -152,5 +152,7 @@ def test_gnn_shield_keeps_running_slos() -> None:
     # Every cluster would break a running workload's SLO: the workload waits instead of breaking them.
     c.tightest_slo_utilisation = np.full(3, 0.1)
     assert (policy.score(c, workload(), np.ones(3, dtype=bool))[:3] == -np.inf).all()
-    assert Router(policy).decide(lambda: c, workload()).cluster == NO_CLUSTER
+    waiting = Router(policy).decide(lambda: c, workload())
+    assert waiting.cluster == NO_CLUSTER
+    assert "3 ruled out by gnn" in waiting.explain(3)
     assert Router(policy).decide(lambda: c, workload(deferrable=True, deadline_hours=5.0)).cluster == DEFER
