@@ -32,6 +32,10 @@ from regional_scheduler.autoscaling.settings import BudgetSettings
 from regional_scheduler.autoscaling.simulator import Observation, ServiceSimulator
 
 MINUTE_S = 60.0
+#: The shadow's simulator keeps per-tick records; a serving process restarts it from its current replica
+#: count after this many minutes (two weeks: longer than any benchmark run, ~14 MB at most). The HPA's own
+#: memory is five minutes, so a restart costs the bank nothing measurable.
+SHADOW_RESTART_MINUTES = 14 * 1440
 
 
 @dataclass
@@ -40,15 +44,19 @@ class ShadowHpa:
 
     simulator: ServiceSimulator
     hpa: HpaPolicy
+    context: PolicyContext
 
     @classmethod
     def start(cls, context: PolicyContext, initial_replicas: int) -> ShadowHpa:
         hpa = HpaPolicy()
         hpa.reset(context)
-        return cls(ServiceSimulator.open_ended(context.service, initial_replicas=initial_replicas), hpa)
+        return cls(ServiceSimulator.open_ended(context.service, initial_replicas=initial_replicas), hpa, context)
 
     def advance(self, load_replicas: float) -> float:
         """Serve one more minute of ``load_replicas`` under the HPA; returns its mean replicas that minute."""
+        if self.simulator.end_minute >= SHADOW_RESTART_MINUTES:
+            restarted = ShadowHpa.start(self.context, self.simulator.replicas)
+            self.simulator, self.hpa = restarted.simulator, restarted.hpa
         simulator = self.simulator
         simulator.append_minutes([max(0.0, load_replicas)])
         total = 0
@@ -84,6 +92,7 @@ class ReplicaBudget:
         """Serving: the shadow HPA follows the service's current bounds, keeping its memory."""
         self._context = context
         if self.shadow is not None:
+            self.shadow.context = context
             self.shadow.hpa.update_context(context)
 
     @property

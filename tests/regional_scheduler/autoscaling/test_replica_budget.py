@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from regional_scheduler.autoscaling import replica_budget
 from regional_scheduler.autoscaling.calibration import fit_quantile_policy
 from regional_scheduler.autoscaling.online import OnlineAutoscaler, ServiceSample
 from regional_scheduler.autoscaling.policies.hpa_policy import HpaPolicy
@@ -155,3 +156,13 @@ def test_served_budget_policy_reads_its_budget_from_the_environment(monkeypatch:
     default = build_policy(BUDGET_NAME)
     assert isinstance(default, QuantilePolicy) and default.budget is not None
     assert default.budget.settings.ratio == 1.03
+
+
+def test_long_running_shadow_restarts_from_its_replicas_with_bounded_records(
+        scenario: Scenario, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(replica_budget, "SHADOW_RESTART_MINUTES", 60)
+    shadow = ShadowHpa.start(scenario.context, 5)
+    per_minute = [shadow.advance(6.0) for _ in range(150)]
+    # Records never outgrow the restart period, and the HPA carries on where it was (settled at 11).
+    assert shadow.simulator.end_minute <= 60 and len(shadow.simulator.load_per_minute) <= 60
+    assert per_minute[55:65] == [11.0] * 10 and per_minute[-1] == 11.0
