@@ -1,5 +1,5 @@
 """The CPU profile's training options (session 3): a Gini cap in the reward, the feature subset and
-the MLP layers a policy search may move."""
+the MLP layers a policy search may move; (session 4) a cap on a batch's *mean* Gini."""
 
 from __future__ import annotations
 
@@ -12,11 +12,17 @@ from meridian.cluster_state import ClusterState
 from meridian.simulator import seed_cluster, seed_pods
 from regional_scheduler.learned.algorithm import (
     CPU_SEARCH_FEATURES,
+    EpisodeResult,
     EvolutionStrategy,
+    MeanFragmentationCap,
+    batch_fitness,
+    line_search,
+    rollout,
     search_mask,
     seed_episodes,
+    train_profile,
 )
-from regional_scheduler.learned.commands import cpu_reward_config
+from regional_scheduler.learned.commands import cpu_mean_cap, cpu_reward_config
 from regional_scheduler.learned.features import IDX, N_NODE
 from regional_scheduler.learned.policy import NumpyPlacementNet, PlacementNet
 from regional_scheduler.learned.reward import CPU_REWARD, RewardConfig, terminal_reward
@@ -88,3 +94,87 @@ def test_search_moves_layer_weights_only_when_asked(layers: tuple[str, ...]) -> 
     es.generation()
     moved = es.finish().mlp[4].weight.detach()
     assert torch.equal(moved, before) != bool(layers)
+
+
+def _result(ret: float, frag: float) -> EpisodeResult:
+    return EpisodeResult(episode_return=ret, allocation=0.9, n_arrived=200, n_failed=0, steps=200, fragmentation=frag)
+
+
+def test_mean_cap_costs_only_when_the_batch_mean_is_above_it() -> None:
+    cap = MeanFragmentationCap(cap=0.31, over_cap=1000.0)
+    # One episode far above the cap, the mean below it: no cost (a per-episode cap would charge 90).
+    under = [_result(-5.0, 0.20), _result(-7.0, 0.40)]
+    assert batch_fitness(under, cap) == pytest.approx(-6.0) == batch_fitness(under)
+    over = [_result(-5.0, 0.30), _result(-7.0, 0.40)]
+    assert batch_fitness(over, cap) == pytest.approx(-6.0 - 1000.0 * 0.04)
+
+
+def test_cpu_mean_cap_option_is_in_gini_points() -> None:
+    assert cpu_mean_cap(None, 10.0) is None
+    cap = cpu_mean_cap(28.0, 10.0)
+    assert cap is not None and cap.cap == pytest.approx(0.28) and cap.over_cap == pytest.approx(1000.0)
+
+
+def test_rollout_reports_the_final_seed_gini() -> None:
+    """The greedy rollout's decisions do not depend on the reward, so one more unit of terminal
+    fragmentation weight lowers the return by exactly the reported final fragmentation."""
+    torch.manual_seed(0)
+    fast = NumpyPlacementNet(PlacementNet(hidden=16))
+    episode = seed_episodes()(0)
+    plain = rollout(fast, episode, reward=CPU_REWARD)
+    heavier = rollout(fast, episode, reward=CPU_REWARD.model_copy(
+        update={"terminal_fragmentation": CPU_REWARD.terminal_fragmentation + 1.0}))
+    assert 0.05 < plain.fragmentation < 1.0
+    assert plain.episode_return - heavier.episode_return == pytest.approx(plain.fragmentation, abs=1e-9)
+
+
+def test_search_fitness_applies_the_mean_cap() -> None:
+    torch.manual_seed(0)
+    net = PlacementNet(hidden=16)
+    batch = [seed_episodes()(i) for i in range(2)]
+    free = EvolutionStrategy(net, seed_episodes(), reward=CPU_REWARD, seed=0)
+    capped = EvolutionStrategy(net, seed_episodes(), reward=CPU_REWARD, seed=0,
+                               mean_cap=MeanFragmentationCap(cap=0.0, over_cap=1000.0))
+    theta = free.theta
+    results = [rollout(free.fast.with_search_vector(theta), ep, reward=CPU_REWARD) for ep in batch]
+    mean_frag = float(np.mean([r.fragmentation for r in results]))
+    assert free._fitness(theta, batch)[0] == pytest.approx(batch_fitness(results))
+    assert capped._fitness(theta, batch)[0] == pytest.approx(batch_fitness(results) - 1000.0 * mean_frag)
+
+
+def test_line_search_keeps_the_best_shift_and_always_tries_the_start() -> None:
+    torch.manual_seed(0)
+    net = PlacementNet(hidden=16)
+    net.set_search_vector(np.zeros(N_NODE + 1))  # g ≡ 0: the shifted feature alone ranks the nodes
+    theta0 = net.search_vector()
+    # Mean Gini dominates the fitness: the kept shift must be the one with the lowest mean Gini.
+    cap = MeanFragmentationCap(cap=0.0, over_cap=1e6)
+    theta, records = line_search(net, seed_episodes(), coordinate="best_fit_leftover", deltas=[5.0, -5.0],
+                                 n_episodes=2, reward=CPU_REWARD, mean_cap=cap)
+    assert [r["delta"] for r in records] == [-5.0, 0.0, 5.0]
+    assert len({round(r["mean_gini"], 6) for r in records}) > 1  # the shifts change decisions
+    best = max(records, key=lambda r: r["fitness"])
+    assert best["mean_gini"] == min(r["mean_gini"] for r in records)
+    assert theta[IDX["best_fit_leftover"]] - theta0[IDX["best_fit_leftover"]] == pytest.approx(best["delta"])
+    np.testing.assert_array_equal(np.delete(theta, IDX["best_fit_leftover"]),
+                                  np.delete(theta0, IDX["best_fit_leftover"]))
+    np.testing.assert_array_equal(net.search_vector(), theta0)  # the network itself is not changed
+    with pytest.raises(ValueError, match="unknown"):
+        line_search(net, seed_episodes(), coordinate="no_such", deltas=[1.0], n_episodes=1)
+
+
+def test_train_profile_applies_the_line_search_before_the_policy_search() -> None:
+    torch.manual_seed(0)
+    start = PlacementNet(hidden=16)
+    start.set_search_vector(np.zeros(N_NODE + 1))
+    line = ("best_fit_leftover", [-5.0, 5.0], 2)
+    result = train_profile(episodes=seed_episodes(), teacher="best-fit", reward=CPU_REWARD, bc_episodes=0, bc_every=1,
+                           bc_epochs=0, es_steps=0, es_max_seconds=60.0, init=start,
+                           mean_cap=MeanFragmentationCap(cap=0.0, over_cap=1e6), line=line)
+    shifts = result.log["search"]["line_search"]["shifts"]
+    kept = max(shifts, key=lambda r: r["fitness"])["delta"]
+    # The cap makes the lowest mean Gini win: +5 prefers large leftovers (spreading), where g ≡ 0
+    # (first fit) and −5 (best fit) pack.
+    assert kept == 5.0 and min(shifts, key=lambda r: r["mean_gini"])["delta"] == 5.0
+    assert result.net.search_vector()[IDX["best_fit_leftover"]] == pytest.approx(kept)
+    np.testing.assert_array_equal(start.search_vector(), np.zeros(N_NODE + 1))  # the start is not changed
