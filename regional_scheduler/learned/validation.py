@@ -9,7 +9,7 @@ seed ``5000 + j`` (the benchmark uses 42–51). No held-out list (``default``, `
     MERIDIAN_LEARNED_CHECKPOINT=path.pt python -m regional_scheduler.learned.validation fgd,learned out.json
 
 The CPU profile's split (``cpu`` as a third argument): seed-50x200 on seeds 3000–3299 (training uses
-1000+ — up to 1247 in session 3; in session 4 up to 1159, and 1300–1499 for a scan — and
+1000+ — up to 1247 for v4 and up to 1159 for v5 (both session 3), and 1300–1499 for a scan — and
 1,001,000+ / 2,001,000+ / 3,001,000+; the benchmark 0–9); failure rate, Gini, CPU.
 Until session 3 it was seeds 3000–3029 only: there the committed profile failed 1.93 % of pods and
 every fine-tuned variant 1.93–1.95 %, i.e. thirty 200-pod episodes could not tell them apart (one
