@@ -84,13 +84,15 @@ def _cpu_line(coordinate: str, deltas: str, episodes: int) -> tuple[str, list[fl
     return coordinate, shifts, episodes
 
 
-def _cpu_search_features(spec: str) -> Sequence[str] | None:
+def _search_features(spec: str) -> Sequence[str] | None:
+    """``--search-features`` / ``--cpu-search-features``: a named set ('all' = every head weight and
+    mlp_scale, 'correction', 'cpu') or a comma-separated list of node features."""
     from regional_scheduler.learned import algorithm
 
-    if spec == "all":
-        return None
-    if spec == "cpu":
-        return algorithm.CPU_SEARCH_FEATURES
+    named: dict[str, Sequence[str] | None] = {"all": None, "correction": algorithm.CORRECTION_FEATURES,
+                                              "cpu": algorithm.CPU_SEARCH_FEATURES}
+    if spec in named:
+        return named[spec]
     return [f.strip() for f in spec.split(",") if f.strip()]
 
 
@@ -198,12 +200,6 @@ def train_placement(
                 init_net = _init_profile(init, "gpu")
                 if init_net is not None:
                     init_net.residual_bound = residual_bound
-                if search_features == "correction":
-                    chosen: Sequence[str] | None = algorithm.CORRECTION_FEATURES
-                elif search_features == "all":
-                    chosen = None
-                else:
-                    chosen = [f.strip() for f in search_features.split(",") if f.strip()]
                 episodes = algorithm.openb_episodes(lists, openb.load_nodes(), node_fraction=node_fraction,
                                                    augment_p=augment)
                 result = algorithm.train_profile(
@@ -211,7 +207,7 @@ def train_placement(
                     bc_parts=("head", "mlp"), bc_learning_rates=(1e-2, 3e-3), es_steps=budget,
                     es_max_seconds=share, pairs=8, sigma=sigma, learning_rate=0.05, validation_episodes=4, seed=seed,
                     on_progress=report, init=init_net, residual_bound=residual_bound, zero_correction=from_fgd,
-                    search_features=chosen, gate_unused=gate_unused)
+                    search_features=_search_features(search_features), gate_unused=gate_unused)
                 result.log["pod_lists"] = names
                 result.log["node_fraction"] = node_fraction
                 result.log["init"] = str(init) if init is not None else None
@@ -227,7 +223,7 @@ def train_placement(
                     bc_every=1, bc_epochs=6, es_steps=budget, es_max_seconds=share, pairs=cpu_pairs,
                     sigma=cpu_sigma, learning_rate=cpu_learning_rate, episodes_per_eval=cpu_episodes_per_eval,
                     validation_episodes=cpu_validation_episodes, seed=seed, on_progress=report, init=cpu_init,
-                    search_features=_cpu_search_features(cpu_search_features),
+                    search_features=_search_features(cpu_search_features),
                     search_layers=[x.strip() for x in cpu_search_layers.split(",") if x.strip()],
                     mean_cap=cpu_mean_cap(cpu_gini_mean_cap, cpu_gini_over_cap),
                     line=_cpu_line(cpu_line_search, cpu_line_deltas, cpu_line_episodes))

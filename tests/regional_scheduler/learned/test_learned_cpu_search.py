@@ -178,3 +178,13 @@ def test_train_profile_applies_the_line_search_before_the_policy_search() -> Non
     assert kept == 5.0 and min(shifts, key=lambda r: r["mean_gini"])["delta"] == 5.0
     assert result.net.search_vector()[IDX["best_fit_leftover"]] == pytest.approx(kept)
     np.testing.assert_array_equal(start.search_vector(), np.zeros(N_NODE + 1))  # the start is not changed
+
+
+def test_search_feature_options_name_the_same_sets_for_both_profiles() -> None:
+    from regional_scheduler.learned.algorithm import CORRECTION_FEATURES
+    from regional_scheduler.learned.commands import _search_features
+
+    assert _search_features("all") is None
+    assert _search_features("correction") == CORRECTION_FEATURES
+    assert _search_features("cpu") == CPU_SEARCH_FEATURES
+    assert _search_features(" best_fit_leftover, mlp_scale ") == ["best_fit_leftover", "mlp_scale"]
