@@ -2,7 +2,7 @@
 
 Operators: ``submit``, ``get``, ``ls``, ``watch``, ``cancel``, ``clusters`` (they speak to the API at
 ``--api`` / ``$MERIDIAN_API``, with ``--token`` / ``$MERIDIAN_TOKEN``); ``global-scheduler`` serves
-the API. Benchmarks: ``bench routing`` and ``bench api``. Training: ``train routing``.
+the API. Benchmarks: ``bench routing``, ``bench routing-bound`` and ``bench api``. Training: ``train routing``.
 """
 
 from __future__ import annotations
@@ -348,6 +348,66 @@ def register(cli: CliRoot) -> None:
             json_out.write_text(json.dumps({"config": {k: (list(v) if isinstance(v, tuple) else v)
                                                        for k, v in cfg.__dict__.items()},
                                             "policies": results, "comparison": summary}, indent=2, default=str))
+
+    @bench.command("routing-bound")
+    def bench_routing_bound(
+        carbon: Path | None = typer.Option(None, "--carbon", help="Carbon series folder (default: shared carbon/)."),
+        prices: Path | None = typer.Option(None, "--prices", help="ENTSO-E price CSV (default: the shared one)."),
+        start: str = typer.Option("12-01", "--start", help="Window start, MM-DD or YYYY-MM-DD (held-back default)."),
+        days: int = typer.Option(7, "--days", min=1, max=60),
+        clusters: int = typer.Option(12, "--clusters", min=1, max=1000),
+        seed: int = typer.Option(0, "--seed"),
+        drops: int = typer.Option(76, "--drops", min=0, help="Second bound: the LP may leave this many workloads "
+                                  "unrun (default: least-carbon's failures on the held-back window; 0 = skip)."),
+        no_late_starts: bool = typer.Option(False, "--no-late-starts", help="Deferrable work starts by its deadline "
+                                            "(bounds policies with no deadline miss; default: by the simulator's "
+                                            "failure hour, as any 0-failure policy may)."),
+        traces: Path | None = typer.Option(None, "--traces", help="Shared traces folder."),
+        json_out: Path | None = typer.Option(None, "--json", help="Write the results as JSON here."),
+    ) -> None:
+        """A lower bound (LP relaxation) on the carbon of ANY policy that runs every workload of the window."""
+        from global_scheduler.bench_routing import bench_config
+        from global_scheduler.carbon_bound import carbon_lower_bound
+        from global_scheduler.federation_sim import FederationSim
+
+        traces_dir = traces or _traces_default()
+        try:
+            cfg = bench_config(start=start, days=days, clusters=clusters, seed=seed, traces_dir=traces_dir,
+                               carbon_dir=carbon, prices_file=prices)
+            sim = FederationSim(cfg, traces_dir, carbon_dir=carbon, prices_file=prices)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        except KeyError as exc:
+            raise typer.BadParameter(str(exc.args[0] if exc.args else exc), param_hint="--carbon/--prices/--start") from None
+        results = {}
+        for max_drops in ((0, drops) if drops else (0,)):
+            console.print(f"[bold]bound with up to {max_drops} dropped workloads[/bold]")
+            results[f"drops_{max_drops}"] = carbon_lower_bound(sim, max_drops=max_drops,
+                                                               late_starts=not no_late_starts,
+                                                               progress=lambda msg: console.print(f"  {msg}"))
+        table = Table(title=f"carbon lower bound: {cfg.clusters} clusters in {len(cfg.regions)} regions, {cfg.days} "
+                      f"days from {cfg.start} (+{cfg.drain_hours} h drain), {len(sim.workloads)} workloads")
+        for col in ("may drop", "bound kg", "dropped", "unplaceable", "variables", "solve s", "status"):
+            table.add_column(col, justify="right")
+        for r in results.values():
+            table.add_row(str(r.max_drops), f"{r.carbon_kg:,.1f}", f"{r.dropped:.1f}", str(r.unplaceable),
+                          f"{r.variables:,}", f"{r.solve_s:.1f}", r.status)
+        console.print(table)
+        first = results["drops_0"]
+        regions = Table(title="where the bound's schedule puts the work (may drop 0)")
+        for col in ("region", "kWh", "kg", "vCPU-h", *(f"kg, may drop {drops}",) * (len(results) > 1)):
+            regions.add_column(col, justify="right")
+        for name in first.region_energy_kwh:
+            extra = [f"{r.region_carbon_kg.get(name, 0):,.0f}" for key, r in results.items() if key != "drops_0"]
+            regions.add_row(name, f"{first.region_energy_kwh[name]:,.0f}", f"{first.region_carbon_kg[name]:,.0f}",
+                            f"{first.region_vcpu_hours[name]:,.0f}", *extra)
+        console.print(regions)
+        if json_out is not None:
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+            json_out.write_text(json.dumps({"config": {k: (list(v) if isinstance(v, tuple) else v)
+                                                       for k, v in cfg.__dict__.items()},
+                                            "bounds": {k: r.as_dict() for k, r in results.items()}},
+                                           indent=2, default=str))
 
     @bench.command("api")
     def bench_api(
