@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from global_scheduler.bench_routing import bench_config
-from global_scheduler.carbon_bound import carbon_lower_bound, node_types
+from global_scheduler.carbon_bound import carbon_lower_bound, node_types, policy_schedule, workload_options
 from global_scheduler.federation_sim import FederationConfig, FederationSim, TraceWorkload, _Pending
 from global_scheduler.routing.registry import get_policy
 from meridian.cli import build_app
@@ -81,19 +81,19 @@ def test_gpu_node_planes() -> None:
 
 
 @pytest.fixture(scope="module")
-def small_window() -> tuple[FederationSim, dict[str, tuple[float, int]]]:
+def small_window() -> tuple[FederationSim, dict[str, tuple[float, int]], dict[str, dict[int, tuple[int, int]]]]:
     # Two days on six clusters: karmada and round-robin fail nothing there (one day: every policy fails 2-4).
     cfg = bench_config(traces_dir=TRACES, days=2, clusters=6)
     sim = FederationSim(cfg, TRACES)
-    runs = {}
+    runs, schedules = {}, {}
     for name in ("karmada", "round-robin", "gnn", "least-carbon"):
-        r = sim.run(get_policy(name))
+        r, schedules[name] = policy_schedule(sim, get_policy(name))
         runs[name] = (r.carbon_kg, r.failures)
-    return sim, runs
+    return sim, runs, schedules
 
 
 def test_bound_below_every_policy(small_window) -> None:
-    sim, runs = small_window
+    sim, runs, _ = small_window
     bounds: dict[int, float] = {}
     for failures in sorted({f for _, f in runs.values()}):
         bounds[failures] = carbon_lower_bound(sim, max_drops=failures).carbon_kg
@@ -105,6 +105,22 @@ def test_bound_below_every_policy(small_window) -> None:
     # More drops allowed can only lower the bound.
     values = [bounds[f] for f in sorted(bounds)]
     assert values == sorted(values, reverse=True)
+
+
+def test_real_schedules_are_inside_the_lp(small_window) -> None:
+    # Each policy's actual schedule satisfies the LP's start windows and cluster filter, and the LP's power
+    # for exactly that schedule stays below the simulator's carbon for it (the power planes are valid).
+    sim, runs, schedules = small_window
+    opts = workload_options(sim)
+    index = {p.w.id: i for i, p in enumerate(sim.workloads)}
+    for name, starts in schedules.items():
+        assert len(starts) == len(sim.workloads) - runs[name][1], name
+        for wid, (k, s) in starts.items():
+            i = index[wid]
+            assert opts.clusters[i, k], (name, wid, k)
+            assert opts.earliest[i] <= s <= opts.latest[i], (name, wid, s)
+        pinned = carbon_lower_bound(sim, schedule=starts).carbon_kg
+        assert 0 < pinned <= runs[name][0], (name, pinned, runs[name])
 
 
 def test_cli_writes_json(tmp_path: Path) -> None:
