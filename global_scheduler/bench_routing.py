@@ -66,13 +66,24 @@ def bench_config(*, start: str = "12-01", days: int = 7, clusters: int = 12, see
 def run_routing_bench(cfg: FederationConfig, *, traces_dir: Path, policies: Sequence[str] = DEFAULT_POLICIES,
                       carbon_dir: Path | None = None, prices_file: Path | None = None, checkpoint: Path | None = None,
                       on_interval: Callable[[str], Callable[[list[IntervalRecord]], None] | None] | None = None,
-                      progress: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
+                      progress: Callable[[str], None] | None = None,
+                      same_work_as: str | None = None) -> dict[str, dict[str, Any]]:
     """Run each policy on the same simulated federation; returns ``{policy: metrics}``.
 
     ``on_interval(policy)`` may return a per-interval callback (per-cluster power, energy, carbon and
     cost records), which is how ``--save-run`` records the run.
+
+    ``same_work_as``: first run that policy, then run every policy on only the workloads it started.
+    A policy that fails work emits less for less; this compares carbon on the same work.
     """
     sim = FederationSim(cfg, traces_dir, carbon_dir=carbon_dir, prices_file=prices_file)
+    if same_work_as is not None:
+        if progress:
+            progress(f"{same_work_as} (to pick the work)")
+        from global_scheduler.carbon_bound import policy_schedule  # scipy only when asked
+
+        _, started = policy_schedule(sim, get_policy(same_work_as))
+        sim.workloads = [p for p in sim.workloads if p.w.id in started]
     results: dict[str, dict[str, Any]] = {}
     for name in policies:
         kwargs = {"checkpoint": checkpoint} if name == "gnn" and checkpoint else {}

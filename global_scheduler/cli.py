@@ -278,6 +278,8 @@ def register(cli: CliRoot) -> None:
         save_run: Path | None = typer.Option(None, "--save-run", help="Save per-interval accounting for `report energy`."),
         latency_clusters: int = typer.Option(100, "--latency-clusters", help="Also time each policy's decisions "
                                              "over a federation of this many clusters (0 = skip)."),
+        same_work_as: str | None = typer.Option(None, "--same-work-as", help="Run every policy on only the workloads "
+                                                "this policy starts (carbon on the same work, when it fails some)."),
     ) -> None:
         """Compare routing policies on the held-back federation window (real carbon, prices, DLRM workloads)."""
         from global_scheduler.bench_routing import (
@@ -292,6 +294,9 @@ def register(cli: CliRoot) -> None:
         unknown = [p for p in names_list if p not in names()]
         if unknown:
             raise typer.BadParameter(f"unknown {unknown}; known: {', '.join(names())}", param_hint="--policies")
+        if same_work_as is not None and same_work_as not in names():
+            raise typer.BadParameter(f"unknown {same_work_as!r}; known: {', '.join(names())}",
+                                     param_hint="--same-work-as")
         traces_dir = traces or _traces_default()
         try:
             cfg = bench_config(start=start, days=days, clusters=clusters, seed=seed, traces_dir=traces_dir,
@@ -310,11 +315,13 @@ def register(cli: CliRoot) -> None:
             with console.status("routing…") as status:
                 results = run_routing_bench(cfg, traces_dir=traces_dir, policies=names_list, carbon_dir=carbon,
                                             prices_file=prices, checkpoint=checkpoint, on_interval=on_interval,
-                                            progress=lambda name: status.update(f"routing with {name}…"))
+                                            progress=lambda name: status.update(f"routing with {name}…"),
+                                            same_work_as=same_work_as)
         except KeyError as exc:  # a region whose zone or price area the given series lack, or a window outside them
             raise typer.BadParameter(str(exc.args[0] if exc.args else exc), param_hint="--carbon/--prices/--start") from None
+        work = f", only the work {same_work_as} starts" if same_work_as else ""
         table = Table(title=f"routing: {cfg.clusters} clusters in {len(cfg.regions)} regions, {cfg.days} days from "
-                      f"{cfg.start}, {next(iter(results.values()))['workloads']} workloads")
+                      f"{cfg.start}, {next(iter(results.values()))['workloads']} workloads{work}")
         for col in ("policy", "energy kWh", "carbon kg", "cost EUR", "SLO viol.", "failures", "deadline miss",
                     "Jain", "p50 ms", "p99 ms"):
             table.add_column(col, justify="right")
@@ -347,6 +354,7 @@ def register(cli: CliRoot) -> None:
             json_out.parent.mkdir(parents=True, exist_ok=True)
             json_out.write_text(json.dumps({"config": {k: (list(v) if isinstance(v, tuple) else v)
                                                        for k, v in cfg.__dict__.items()},
+                                            "same_work_as": same_work_as,
                                             "policies": results, "comparison": summary}, indent=2, default=str))
 
     @bench.command("routing-bound")

@@ -1,0 +1,53 @@
+"""`meridian bench routing`: the issue's JSON keys per policy, and carbon on the same work (--same-work-as)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from global_scheduler.bench_routing import JSON_KEYS
+from meridian.cli import build_app
+from meridian.traces import default_traces_dir
+
+TRACES = default_traces_dir()
+pytestmark = pytest.mark.skipif(not (TRACES / "alibaba-dlrm-v2025").exists(), reason="shared traces not available")
+WINDOW = ["--days", "1", "--clusters", "6", "--latency-clusters", "0"]
+
+
+def _bench(tmp_path: Path, *args: str) -> dict:
+    out = tmp_path / "routing.json"
+    res = CliRunner().invoke(build_app(), ["bench", "routing", *WINDOW, "--json", str(out), *args])
+    assert res.exit_code == 0, res.output
+    return json.loads(out.read_text())
+
+
+def test_json_has_the_issue_keys_for_every_policy(tmp_path: Path) -> None:
+    data = _bench(tmp_path, "--policies", "karmada,least-carbon")
+    assert set(data["policies"]) == {"karmada", "least-carbon"}
+    for result in data["policies"].values():
+        assert set(JSON_KEYS) <= set(result)
+        assert result["carbon_kg"] > 0 and result["energy_kwh"] > 0
+    assert data["same_work_as"] is None
+
+
+def test_same_work_runs_every_policy_on_what_the_reference_started(tmp_path: Path) -> None:
+    full = _bench(tmp_path, "--policies", "least-carbon,karmada")["policies"]
+    same = _bench(tmp_path, "--policies", "least-carbon,karmada", "--same-work-as", "least-carbon")
+    assert same["same_work_as"] == "least-carbon"
+    lc_full, lc_same, km_same = full["least-carbon"], same["policies"]["least-carbon"], same["policies"]["karmada"]
+    assert lc_full["failures"] > 0  # otherwise this test compares nothing
+    # Only the work least-carbon started is left: fewer workloads, the same for every policy.
+    assert lc_same["workloads"] == km_same["workloads"] < lc_full["workloads"]
+    # A workload that failed never held capacity, so leaving it out changes none of least-carbon's decisions.
+    assert lc_same["failures"] == 0
+    assert lc_same["carbon_kg"] == pytest.approx(lc_full["carbon_kg"], rel=1e-9)
+    assert lc_same["workload_hours"] == pytest.approx(lc_full["workload_hours"], rel=1e-9)
+
+
+def test_unknown_reference_policy_is_a_usage_error() -> None:
+    res = CliRunner().invoke(build_app(), ["bench", "routing", *WINDOW, "--same-work-as", "nope"])
+    assert res.exit_code == 2
+    assert "--same-work-as" in res.output and "unknown" in res.output
