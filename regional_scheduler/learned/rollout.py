@@ -122,8 +122,11 @@ class RolloutPolicy:
         if self.future == "trace":
             start = self._cursor + 1
             return [list(self._arrivals[start:start + self.horizon])]
+        # As many pods as the episode still has when its length is known (a full-horizon rollout
+        # should not run past the read-out point), their identities drawn from the workload.
+        n = min(self.horizon, len(self._arrivals) - self._cursor - 1) if self._arrivals else self.horizon
         rng = np.random.default_rng([self.seed, self._cursor])
-        return [[self._workload[i] for i in rng.integers(len(self._workload), size=self.horizon)]
+        return [[self._workload[i] for i in rng.integers(len(self._workload), size=n)]
                 for _ in range(self.samples)]
 
     def _value(self, state: ClusterState, pod: Pod, first: Placement, futures: list[list[Pod]]) -> float:
