@@ -27,6 +27,14 @@ log = logging.getLogger(__name__)
 API_OPT = typer.Option(None, "--api", envvar="MERIDIAN_API", help="host:port of the global API (default 127.0.0.1:50051).")
 TOKEN_OPT = typer.Option(None, "--token", envvar="MERIDIAN_TOKEN", help="Bearer token.")
 CA_OPT = typer.Option(None, "--ca", help="PEM file of the CA that signed the server's certificate (enables TLS).")
+# The federation window, shared by `bench routing` and `bench routing-bound` (both default to the held-back week).
+CARBON_OPT = typer.Option(None, "--carbon", help="Carbon series folder (default: shared carbon/).")
+PRICES_OPT = typer.Option(None, "--prices", help="ENTSO-E price CSV (default: the shared one).")
+START_OPT = typer.Option("12-01", "--start", help="Window start, MM-DD or YYYY-MM-DD (held-back default).")
+DAYS_OPT = typer.Option(7, "--days", min=1, max=60)
+CLUSTERS_OPT = typer.Option(12, "--clusters", min=1, max=1000)
+SEED_OPT = typer.Option(0, "--seed")
+TRACES_OPT = typer.Option(None, "--traces", help="Shared traces folder.")
 
 
 def _traces_default() -> Path:
@@ -266,14 +274,14 @@ def register(cli: CliRoot) -> None:
     def bench_routing(
         policies: str = typer.Option(",".join(("gnn", "karmada", "least-carbon", "least-cost", "round-robin", "random")),
                                      help="Comma-separated routing policies."),
-        carbon: Path | None = typer.Option(None, "--carbon", help="Carbon series folder (default: shared carbon/)."),
-        prices: Path | None = typer.Option(None, "--prices", help="ENTSO-E price CSV (default: the shared one)."),
-        start: str = typer.Option("12-01", "--start", help="Window start, MM-DD or YYYY-MM-DD (held-back default)."),
-        days: int = typer.Option(7, "--days", min=1, max=60),
-        clusters: int = typer.Option(12, "--clusters", min=1, max=1000),
-        seed: int = typer.Option(0, "--seed"),
+        carbon: Path | None = CARBON_OPT,
+        prices: Path | None = PRICES_OPT,
+        start: str = START_OPT,
+        days: int = DAYS_OPT,
+        clusters: int = CLUSTERS_OPT,
+        seed: int = SEED_OPT,
         checkpoint: Path | None = typer.Option(None, "--checkpoint", help="GNN checkpoint (default: committed)."),
-        traces: Path | None = typer.Option(None, "--traces", help="Shared traces folder."),
+        traces: Path | None = TRACES_OPT,
         json_out: Path | None = typer.Option(None, "--json", help="Write the results as JSON here."),
         save_run: Path | None = typer.Option(None, "--save-run", help="Save per-interval accounting for `report energy`."),
         latency_clusters: int = typer.Option(100, "--latency-clusters", help="Also time each policy's decisions "
@@ -359,18 +367,18 @@ def register(cli: CliRoot) -> None:
 
     @bench.command("routing-bound")
     def bench_routing_bound(
-        carbon: Path | None = typer.Option(None, "--carbon", help="Carbon series folder (default: shared carbon/)."),
-        prices: Path | None = typer.Option(None, "--prices", help="ENTSO-E price CSV (default: the shared one)."),
-        start: str = typer.Option("12-01", "--start", help="Window start, MM-DD or YYYY-MM-DD (held-back default)."),
-        days: int = typer.Option(7, "--days", min=1, max=60),
-        clusters: int = typer.Option(12, "--clusters", min=1, max=1000),
-        seed: int = typer.Option(0, "--seed"),
+        carbon: Path | None = CARBON_OPT,
+        prices: Path | None = PRICES_OPT,
+        start: str = START_OPT,
+        days: int = DAYS_OPT,
+        clusters: int = CLUSTERS_OPT,
+        seed: int = SEED_OPT,
         drops: int = typer.Option(76, "--drops", min=0, help="Second bound: the LP may leave this many workloads "
                                   "unrun (default: least-carbon's failures on the held-back window; 0 = skip)."),
         no_late_starts: bool = typer.Option(False, "--no-late-starts", help="Deferrable work starts by its deadline "
                                             "(bounds policies with no deadline miss; default: by the simulator's "
                                             "failure hour, as any 0-failure policy may)."),
-        traces: Path | None = typer.Option(None, "--traces", help="Shared traces folder."),
+        traces: Path | None = TRACES_OPT,
         json_out: Path | None = typer.Option(None, "--json", help="Write the results as JSON here."),
     ) -> None:
         """A lower bound (LP relaxation) on the carbon of ANY policy that runs every workload of the window."""
