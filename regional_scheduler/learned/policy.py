@@ -30,6 +30,11 @@ it opens nodes in list order, whatever their GPU model — whereas a correction 
 size or type opens all nodes of one kind first and can exhaust a GPU model that model-constrained
 pods need (seen on the validation split: −4.3 points on an augmented ``gpushare40`` run).
 
+With ``gate_constrained`` (a hyper-parameter, session 4), a pod with a GPU-model constraint gets
+``g ≡ 0`` on every candidate: FGD places it exactly as the ``fgd`` baseline would. Such a pod can only
+go to nodes of its model, and re-ordering FGD's ties among them was a net loss on the validation
+split's augmented runs (``docs/bench-learned.md`` §0f).
+
 The MLP is shared across nodes, so the network is independent of the cluster's size and of the
 node order; the linear *heuristic head* ``w_lin`` reads the baselines' scores directly, which makes
 imitation of a heuristic easy and gives policy search a small, well-conditioned subspace to tune.
@@ -52,9 +57,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from regional_scheduler.learned.features import FEATURE_LAYOUT, IDX, N_NODE, N_POD
+from regional_scheduler.learned.features import FEATURE_LAYOUT, IDX, N_NODE, N_POD, POD_FEATURES
 
 UNUSED = IDX["node_unused"]
+CONSTRAINED = POD_FEATURES.index("has_gpu_model_constraint")
 
 # 2: residual over FGD (``residual_bound`` in the hyper-parameters). Version 1 files hold a full
 # ranking network whose scores mean something else; they are refused, not reinterpreted.
@@ -107,9 +113,11 @@ class CheckpointError(ValueError):
 class PlacementNet(nn.Module):
     def __init__(self, n_node: int = N_NODE, n_pod: int = N_POD, hidden: int = 32,
                  feature_mean: np.ndarray | None = None, feature_std: np.ndarray | None = None,
-                 residual_bound: float = DEFAULT_RESIDUAL_BOUND, gate_unused: bool = False) -> None:
+                 residual_bound: float = DEFAULT_RESIDUAL_BOUND, gate_unused: bool = False,
+                 gate_constrained: bool = False) -> None:
         super().__init__()
         self.gate_unused = bool(gate_unused)
+        self.gate_constrained = bool(gate_constrained)
         if not residual_bound > 0:
             raise ValueError(f"residual_bound must be > 0, got {residual_bound}")
         self.n_node, self.n_pod, self.hidden = n_node, n_pod, hidden
@@ -169,6 +177,9 @@ class PlacementNet(nn.Module):
         if self.gate_unused:
             unused = node_features[..., UNUSED]
             logits = unused * self.heuristic_head.weight[0, UNUSED] + (1.0 - unused) * logits
+        if self.gate_constrained:
+            keep = (pod_features[..., CONSTRAINED] <= 0).to(logits.dtype)
+            logits = logits * keep.unsqueeze(-1)
         if valid is not None:
             logits = masked_logits(logits, valid)
         return logits
@@ -206,7 +217,8 @@ class PlacementNet(nn.Module):
     # ------------------------------------------------------------------ checkpoints
     def hyper_parameters(self) -> dict[str, float]:
         return {"n_node": self.n_node, "n_pod": self.n_pod, "hidden": self.hidden,
-                "residual_bound": self.residual_bound, "gate_unused": self.gate_unused}
+                "residual_bound": self.residual_bound, "gate_unused": self.gate_unused,
+                "gate_constrained": self.gate_constrained}
 
     def zero_correction(self) -> None:
         """``g ≡ 0``: the residual policy becomes FGD exactly (the search's starting point)."""
@@ -261,7 +273,8 @@ def load_checkpoint(path: Path | str) -> tuple[dict[str, PlacementNet], dict[str
     for name, entry in payload["profiles"].items():
         hp = dict(entry["hyper_parameters"])
         net = PlacementNet(n_node=int(hp["n_node"]), n_pod=int(hp["n_pod"]), hidden=int(hp["hidden"]),
-                           residual_bound=float(hp["residual_bound"]), gate_unused=bool(hp.get("gate_unused", False)))
+                           residual_bound=float(hp["residual_bound"]), gate_unused=bool(hp.get("gate_unused", False)),
+                           gate_constrained=bool(hp.get("gate_constrained", False)))
         try:
             net.load_state_dict(entry["state_dict"])
         except RuntimeError as exc:
@@ -337,6 +350,7 @@ class NumpyPlacementNet:
         self.n_node = net.n_node
         self.residual_bound = net.residual_bound
         self.gate_unused = net.gate_unused
+        self.gate_constrained = net.gate_constrained
         self.mean = sd["feature_mean"]
         self.inv_std = (1.0 / sd["feature_std"]).astype(np.float32)
         w0 = sd["mlp.0.weight"]  # (H, n_node + n_pod + 2 n_node)
@@ -390,17 +404,27 @@ class NumpyPlacementNet:
                  pod_features: np.ndarray) -> np.ndarray:
         """The served logits (:func:`residual_logits`): ``base`` are FGD's scores of the candidates,
         ``node_features(idx)`` builds the features of candidates ``idx`` only."""
+        if self._fgd_only(pod_features):
+            return residual_logits(base, self.residual_bound, lambda idx: np.zeros(len(idx)))
         return residual_logits(base, self.residual_bound,
                                lambda idx: self.predict(node_features(idx), pod_features))
 
     def residual_columns(self, base: np.ndarray, node_features: Callable[[np.ndarray, np.ndarray], np.ndarray],
                          pod_features: np.ndarray) -> np.ndarray:
         """:meth:`residual` with ``node_features(idx, columns)`` asked only for :attr:`columns`."""
+        if self._fgd_only(pod_features):
+            return residual_logits(base, self.residual_bound, lambda idx: np.zeros(len(idx)))
         return residual_logits(base, self.residual_bound,
                                lambda idx: self.predict(node_features(idx, self.columns), pod_features))
 
+    def _fgd_only(self, pod_features: np.ndarray) -> bool:
+        """``gate_constrained`` and a model-constrained pod: ``g ≡ 0``, no node features needed."""
+        return self.gate_constrained and bool(pod_features[CONSTRAINED] > 0)
+
     def predict(self, node_features: np.ndarray, pod_features: np.ndarray) -> np.ndarray:
         """The correction ``g`` (the raw network output) of each given node."""
+        if self._fgd_only(pod_features):
+            return np.zeros(len(node_features))
         if self.linear:
             # (x − mean) · inv_std · w over the used columns, folded into one weight vector and a bias.
             return self._gate(node_features, (node_features[:, self._used] @ self._w_used + self._b_used

@@ -207,3 +207,73 @@ def test_gated_numpy_equals_torch(mlp_scale: float, openb_slice) -> None:
     p = builder.pod_features(state, pod, cand.size)
     assert 0 < x[:, IDX["node_unused"]].sum() < cand.size
     np.testing.assert_allclose(NumpyPlacementNet(net).predict(x, p), net.predict(x, p), rtol=1e-4, atol=1e-4)
+
+
+def test_gate_constrained_leaves_model_constrained_pods_to_fgd(openb_slice, tmp_path: Path) -> None:
+    from regional_scheduler.learned.augment import augmented_pod_list
+    from regional_scheduler.learned.policy import CONSTRAINED
+
+    nodes, workload, _ = openb_slice
+    constrained_list, share = augmented_pod_list(workload, nodes, 11, p_augment=1.0)
+    assert share > 0
+    arrivals = openb.inflate_pods(constrained_list, sum(n.allocatable_resources.gpu for n in nodes) * 1000,
+                                  seed=7)[:500]
+    weights = {"best_fit_leftover": -1.0, "free_gpu_frac": 0.3, "model_pressure": -0.5}
+    scorers = {}
+    for gate in (False, True):
+        net = _linear_net(weights)
+        net.gate_unused, net.gate_constrained = True, gate
+        path = tmp_path / f"gate-{gate}.pt"
+        save_checkpoint(path, {"gpu": net})
+        loaded, _ = load_checkpoint(path)  # the flag survives the round trip
+        assert loaded["gpu"].gate_constrained is gate
+        scorers[gate] = LearnedScorer(loaded)
+    builder = FeatureBuilder()
+    fgd = FgdPolicy()
+    state = ClusterState.from_nodes(nodes)
+    for s in (*scorers.values(), fgd, builder):
+        s.prepare(state, constrained_list)
+    counts = {"constrained": 0, "ungated_moved": 0, "free_moved": 0}
+    for pod in arrivals:
+        cand = np.flatnonzero(run_filters(state, pod)[0])
+        if cand.size == 0:
+            continue
+        p = builder.pod_features(state, pod, cand.size)
+        fgd_pick = int(np.argmax(fgd.score(state, pod, cand).scores))
+        gated_pick = int(np.argmax(scorers[True].score(state, pod, cand).scores))
+        ungated_pick = int(np.argmax(scorers[False].score(state, pod, cand).scores))
+        if p[CONSTRAINED] > 0:
+            counts["constrained"] += 1
+            assert gated_pick == fgd_pick
+            counts["ungated_moved"] += ungated_pick != fgd_pick
+        else:
+            assert gated_pick == ungated_pick  # the gate touches constrained pods only
+            counts["free_moved"] += gated_pick != fgd_pick
+        state.allocate(pod, state.choose_devices(int(cand[gated_pick]), pod))
+    assert counts["constrained"] > 20
+    assert counts["ungated_moved"] > 0, "without the gate the correction should move some constrained pods"
+    assert counts["free_moved"] > 0, "the correction should still act on unconstrained pods"
+
+
+def test_gate_constrained_numpy_equals_torch(openb_slice) -> None:
+    from regional_scheduler.learned.policy import CONSTRAINED
+
+    nodes, workload, arrivals = openb_slice
+    torch.manual_seed(4)
+    net = PlacementNet(hidden=8, gate_unused=True, gate_constrained=True)
+    vec = np.random.default_rng(4).normal(size=N_NODE + 1)
+    vec[-1] = 1.0  # with the MLP
+    net.set_search_vector(vec)
+    state = ClusterState.from_nodes(nodes)
+    builder = FeatureBuilder()
+    builder.prepare(state, workload)
+    pod = next(p for p in arrivals if p.requests.gpu_milli)
+    cand = np.flatnonzero(run_filters(state, pod)[0])
+    x, _ = builder.node_features(state, pod, cand)
+    p = builder.pod_features(state, pod, cand.size)
+    for flag in (0.0, 1.0):
+        p[CONSTRAINED] = flag
+        np.testing.assert_allclose(NumpyPlacementNet(net).predict(x, p), net.predict(x, p), rtol=1e-4, atol=1e-4)
+    assert not np.any(net.predict(x, p))  # constrained: g ≡ 0
+    p[CONSTRAINED] = 0.0
+    assert np.any(net.predict(x, p))
