@@ -19,6 +19,7 @@ from regional_scheduler.filters import run_filters
 from regional_scheduler.framework import Scheduler
 from regional_scheduler.learned.features import IDX, N_NODE, FeatureBuilder
 from regional_scheduler.learned.policy import (
+    CONSTRAINED,
     CheckpointError,
     NumpyPlacementNet,
     PlacementNet,
@@ -47,6 +48,25 @@ def _linear_net(weights: dict[str, float], bound: float = 0.45) -> PlacementNet:
         vec[IDX[name]] = w
     net.set_search_vector(vec)  # mlp_scale 0: a linear correction
     return net
+
+
+def _random_net(seed: int, mlp_scale: float, **gates: bool) -> PlacementNet:
+    torch.manual_seed(seed)
+    net = PlacementNet(hidden=8, **gates)
+    vec = np.random.default_rng(seed).normal(size=N_NODE + 1)
+    vec[-1] = mlp_scale
+    net.set_search_vector(vec)
+    return net
+
+
+def _first_gpu_pod(openb_slice) -> tuple[FeatureBuilder, ClusterState, Pod, np.ndarray]:
+    """The feature builder on the empty slice, its first GPU pod and that pod's feasible nodes."""
+    nodes, workload, arrivals = openb_slice
+    state = ClusterState.from_nodes(nodes)
+    builder = FeatureBuilder()
+    builder.prepare(state, workload)
+    pod = next(p for p in arrivals if p.requests.gpu_milli)
+    return builder, state, pod, np.flatnonzero(run_filters(state, pod)[0])
 
 
 def test_zero_correction_is_fgd(openb_slice) -> None:
@@ -98,7 +118,6 @@ def test_residual_logits_bound(base: list[int], seed: int, bound: float) -> None
 
 
 def test_linear_fast_path_equals_torch_and_reads_only_its_columns(openb_slice) -> None:
-    nodes, workload, arrivals = openb_slice
     net = _linear_net({"best_fit_leftover": -0.7, "fgd_delta_gpus": 0.2, "model_pressure_free_pod": -0.4})
     with torch.no_grad():
         net.feature_mean.normal_()
@@ -106,11 +125,7 @@ def test_linear_fast_path_equals_torch_and_reads_only_its_columns(openb_slice) -
     fast = NumpyPlacementNet(net)
     assert fast.linear and set(np.flatnonzero(fast.columns)) == {IDX["best_fit_leftover"], IDX["fgd_delta_gpus"],
                                                                   IDX["model_pressure_free_pod"]}
-    state = ClusterState.from_nodes(nodes)
-    builder = FeatureBuilder()
-    builder.prepare(state, workload)
-    pod = next(p for p in arrivals if p.requests.gpu_milli)
-    cand = np.flatnonzero(run_filters(state, pod)[0])
+    builder, state, pod, cand = _first_gpu_pod(openb_slice)
     full, _ = builder.node_features(state, pod, cand)
     part, _ = builder.node_features(state, pod, cand, fast.columns)
     np.testing.assert_array_equal(part[:, fast.columns], full[:, fast.columns])
@@ -187,11 +202,7 @@ def test_gate_unused_keeps_fgds_order_between_empty_nodes(openb_slice) -> None:
 @pytest.mark.parametrize("mlp_scale", [pytest.param(0.0, id="linear"), pytest.param(1.0, id="with-mlp")])
 def test_gated_numpy_equals_torch(mlp_scale: float, openb_slice) -> None:
     nodes, workload, arrivals = openb_slice
-    torch.manual_seed(3)
-    net = PlacementNet(hidden=8, gate_unused=True)
-    vec = np.random.default_rng(3).normal(size=N_NODE + 1)
-    vec[-1] = mlp_scale
-    net.set_search_vector(vec)
+    net = _random_net(3, mlp_scale, gate_unused=True)
     state = ClusterState.from_nodes(nodes)
     builder = FeatureBuilder()
     builder.prepare(state, workload)
@@ -211,7 +222,6 @@ def test_gated_numpy_equals_torch(mlp_scale: float, openb_slice) -> None:
 
 def test_gate_constrained_leaves_model_constrained_pods_to_fgd(openb_slice, tmp_path: Path) -> None:
     from regional_scheduler.learned.augment import augmented_pod_list
-    from regional_scheduler.learned.policy import CONSTRAINED
 
     nodes, workload, _ = openb_slice
     constrained_list, share = augmented_pod_list(workload, nodes, 11, p_augment=1.0)
@@ -256,19 +266,8 @@ def test_gate_constrained_leaves_model_constrained_pods_to_fgd(openb_slice, tmp_
 
 
 def test_gate_constrained_numpy_equals_torch(openb_slice) -> None:
-    from regional_scheduler.learned.policy import CONSTRAINED
-
-    nodes, workload, arrivals = openb_slice
-    torch.manual_seed(4)
-    net = PlacementNet(hidden=8, gate_unused=True, gate_constrained=True)
-    vec = np.random.default_rng(4).normal(size=N_NODE + 1)
-    vec[-1] = 1.0  # with the MLP
-    net.set_search_vector(vec)
-    state = ClusterState.from_nodes(nodes)
-    builder = FeatureBuilder()
-    builder.prepare(state, workload)
-    pod = next(p for p in arrivals if p.requests.gpu_milli)
-    cand = np.flatnonzero(run_filters(state, pod)[0])
+    net = _random_net(4, 1.0, gate_unused=True, gate_constrained=True)  # with the MLP
+    builder, state, pod, cand = _first_gpu_pod(openb_slice)
     x, _ = builder.node_features(state, pod, cand)
     p = builder.pod_features(state, pod, cand.size)
     for flag in (0.0, 1.0):
