@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import signal
 import threading
 import time
@@ -424,6 +425,10 @@ def register(cli: CliRoot) -> None:
                                                        for k, v in cfg.__dict__.items()},
                                             "bounds": {k: r.as_dict() for k, r in results.items()}},
                                            indent=2, default=str))
+        failed = [r for r in results.values() if math.isnan(r.carbon_kg)]
+        if failed:  # an LP without an optimum bounds nothing: say so and fail the command
+            console.print(f"[red]no bound: HiGHS ended with {', '.join(r.status for r in failed)}[/red]")
+            raise typer.Exit(1)
 
     @bench.command("api")
     def bench_api(

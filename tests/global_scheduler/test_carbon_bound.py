@@ -133,3 +133,16 @@ def test_cli_writes_json(tmp_path: Path) -> None:
     b0, b3 = data["bounds"]["drops_0"], data["bounds"]["drops_3"]
     assert 0 < b3["carbon_kg"] <= b0["carbon_kg"] < math.inf
     assert b3["dropped"] <= 3 + 1e-6
+
+
+def test_no_feasible_schedule_gives_no_bound() -> None:
+    # Three latency-free, non-deferrable 16-vCPU workloads of a day each on two one-node clusters: at
+    # most two can start within the hour they may wait, so no schedule runs all three.
+    sim = _hand_sim(deadline_h=6.0)
+    ws = [TraceWorkload(i, "t", 0.0, 24.0, 1, 16_000, 16 * GIB, 0) for i in range(3)]
+    sim.workloads = [_Pending(w, 0, float(sim.cfg.max_pending_hours), False, 0, 0.0, None, sim.cfg.weights_batch)
+                     for w in ws]
+    r = carbon_lower_bound(sim)
+    assert math.isnan(r.carbon_kg) and "infeasible" in r.status.lower()
+    # Allowed to leave one unrun, the LP has an optimum again.
+    assert math.isfinite(carbon_lower_bound(sim, max_drops=1).carbon_kg)
