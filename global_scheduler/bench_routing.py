@@ -23,7 +23,7 @@ from global_scheduler.federation_sim import (
 )
 from global_scheduler.routing.registry import get_policy
 
-DEFAULT_POLICIES = ("gnn", "karmada", "least-carbon", "least-cost", "round-robin", "random")
+DEFAULT_POLICIES = ("gnn", "karmada", "least-carbon", "least-carbon-slo", "least-cost", "round-robin", "random")
 JSON_KEYS = ("energy_kwh", "carbon_kg", "cost", "slo_violations", "failures", "deadline_misses", "jain_fairness",
              "decision_ms_p50", "decision_ms_p99")
 

@@ -37,7 +37,7 @@ def test_real_inputs(sim: FederationSim) -> None:
     assert {p.deferrable for p in sim.workloads} == {True, False}
 
 
-@pytest.mark.parametrize("name", ["karmada", "least-carbon", "least-cost", "round-robin", "random"])
+@pytest.mark.parametrize("name", ["karmada", "least-carbon", "least-carbon-slo", "least-cost", "round-robin", "random"])
 def test_every_baseline_runs(sim: FederationSim, name: str) -> None:
     r = sim.run(get_policy(name))
     assert r.energy_kwh > 0 and r.carbon_kg > 0 and r.cost > 0
@@ -59,6 +59,13 @@ def test_deterministic_and_hooked(sim: FederationSim) -> None:
 
 def test_least_carbon_emits_less_than_round_robin(sim: FederationSim) -> None:
     assert sim.run(get_policy("least-carbon")).carbon_kg < sim.run(get_policy("round-robin")).carbon_kg
+
+
+def test_least_carbon_slo_breaks_no_slo_where_greed_does(sim: FederationSim) -> None:
+    greedy, safe = sim.run(get_policy("least-carbon")), sim.run(get_policy("least-carbon-slo"))
+    assert greedy.slo_violations > 0 and safe.slo_violations == 0
+    # Keeping the SLOs costs clean capacity: more carbon than greed, less than round-robin.
+    assert greedy.carbon_kg < safe.carbon_kg < sim.run(get_policy("round-robin")).carbon_kg
 
 
 def _two_small_clusters(traces_dir: Path, *, power_off_empty_nodes: bool = True) -> FederationSim:

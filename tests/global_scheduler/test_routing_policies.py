@@ -156,3 +156,22 @@ def test_gnn_shield_keeps_running_slos() -> None:
     assert waiting.cluster == NO_CLUSTER
     assert "3 ruled out by gnn" in waiting.explain(3)
     assert Router(policy).decide(lambda: c, workload(deferrable=True, deadline_hours=5.0)).cluster == DEFER
+
+
+def test_least_carbon_slo_is_greedy_only_where_no_slo_breaks() -> None:
+    c = clusters()
+    greedy, safe = Router(get_policy("least-carbon")), Router(get_policy("least-carbon-slo"))
+    assert greedy.decide(lambda: c, workload()).cluster == 2 == safe.decide(lambda: c, workload()).cluster
+    # A running workload on the cleanest cluster breaks above 55 %; placing 4 of 64 CPU there makes it
+    # (32 + 4) / 64 = 56 %: greedy goes there anyway, the SLO-keeping variant takes the next cleanest.
+    c.tightest_slo_utilisation = np.array([1.0, 1.0, 0.55])
+    assert greedy.decide(lambda: c, workload()).cluster == 2
+    assert safe.decide(lambda: c, workload()).cluster == 1
+    # The workload's own SLO counts too: 40 ms from region 1 with a 30 ms round trip to clusters 0 and 1
+    # caps them at 1 − 5 / (40 − 30) = 50 % (both are fuller), so nothing is left and it waits.
+    own = workload(origin_region=1, latency_slo_ms=40.0)
+    assert safe.decide(lambda: c, own).cluster == NO_CLUSTER
+    c.tightest_slo_utilisation = np.ones(3)
+    assert safe.decide(lambda: c, own).cluster == 2
+    c.tightest_slo_utilisation = np.full(3, 0.1)
+    assert safe.decide(lambda: c, workload(deferrable=True, deadline_hours=5.0)).cluster == DEFER
