@@ -154,7 +154,7 @@ def replay_part(days: int, clusters: int, save_run: Path | None, traces_dir: Pat
         hooks[name] = FederationRunHook(name)
         return hooks[name]
 
-    policies = ("gnn", "karmada", "least-carbon")
+    policies = ("gnn", "karmada", "least-carbon", "least-carbon-slo")
     with console.status("replaying the held-back window…") as status:
         results = run_routing_bench(cfg, traces_dir=traces_dir, policies=policies, on_interval=on_interval,
                                     progress=lambda name: status.update(f"replaying the held-back window with {name}…"))
