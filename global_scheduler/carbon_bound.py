@@ -61,9 +61,36 @@ that landed on each type), so the LP's power is at most the simulator's, whateve
 lands on. With ``power_off_empty_nodes = False`` every node draws ``I`` always: that constant is
 added and the on-indicator term dropped.
 
+SLO ceilings (optional, ``slo_ceilings=True``: a bound for the policies with no SLO violation)
+-----------------------------------------------------------------------------------------------
+In every accounted hour ``h`` the simulator checks each running latency-sensitive workload ``w`` (SLO > 0)
+on cluster ``k`` — in its start hour too, since placement precedes the hour's check, and in each hour
+``s … s+D−1`` it holds — against ``rtt + service / max(1 − ρ_k,h, 0.01) ≤ SLO``, with ``ρ_k,h`` the
+maximum over CPU, memory and GPU of the cluster's summed requests over its allocatable: exactly
+``U_k,h,r / cap_k,r`` of the LP. With ``a = SLO − rtt > service`` (the filter above): if
+``service / a ≤ 0.01`` the clamp keeps every ``ρ`` within the SLO (no ceiling); otherwise the check
+passes iff ``ρ ≤ θ_w,k = 1 − service / a`` (``slo_ceiling``). So a schedule with no violation has
+``U_k,h,r ≤ cap_k,r · θ_w,k`` for every resource whenever ``w`` runs on ``k`` in ``h``.
+
+Let ``z_w,k,h = Σ_{s ≤ h ≤ s+D−1} x[w, k, s]`` (1 if ``w`` runs on ``k`` in ``h``, else 0, in a real
+schedule). The row ``U_k,h,r ≤ cap_k,r · (1 − (1 − θ_w,k) · z_w,k,h)`` is then the ceiling when
+``z = 1`` and the capacity row when ``z = 0``: every real schedule without a violation satisfies it,
+so the feasible set still contains all of them and the optimum still bounds their carbon. Fractional
+schedules are cut (``z = ½`` leaves half of the headroom), which is why it tightens the bound.
+
+To keep the LP small, workloads with the same ceiling on a cluster (same origin and SLO) share one
+indicator ``y_k,θ,h ∈ [0, 1]``: ``z_w,k,h ≤ y_k,θ,h`` for each of them (a *link* row, one per
+workload, cluster and hour it may run there) and ``U_k,h,r + cap_k,r (1 − θ) y_k,θ,h ≤ cap_k,r`` for each
+resource the cluster has (a *cap* row). For fixed ``x`` and ``U`` a feasible ``y`` exists iff
+``U ≤ cap (1 − (1 − θ) max_w z)``, i.e. iff every per-workload row above holds: the same LP bound with
+one ``U`` row per (level, hour, resource) instead of one per (workload, hour, resource). A real schedule
+sets ``y`` to 1 where a workload of that level runs, 0 elsewhere. Rows are added for the hours
+``0 … H−1`` only (no check happens after the run).
+
 What is relaxed (so the bound is loose, never wrong): fractional workloads (a workload may be split
 across clusters and hours); per-node packing and the whole-workload-on-one-cluster rule; the
-utilisation-dependent SLO (a latency-sensitive workload may sit on a full cluster); idle power of
+utilisation-dependent SLO unless ``slo_ceilings`` (a latency-sensitive workload may then sit on a full
+cluster; with it, only fractionally); idle power of
 nodes kept on by a small request (only the ``λ`` share of it is charged); the concavity of Fan's
 curve (charged at its chord); the split of usage over node types (free per resource, and whole
 nodes' on-power charged only by the fraction of a type's capacity in use). Nothing here reads
@@ -218,6 +245,97 @@ def _pinned(sim: FederationSim, opts: Options, schedule: dict[int, tuple[int, in
                    ~clusters.any(axis=1))
 
 
+def slo_ceiling(sim: FederationSim) -> np.ndarray:
+    """(W, K): the highest dominant-resource utilisation of cluster ``k`` at which workload ``w`` meets its SLO
+    in the simulator's check, 1.0 where no utilisation can break it (no SLO, no origin, or the clamp).
+
+    The simulator flags a violation when ``rtt + service / max(1 − ρ, 0.01) > slo``. With ``a = slo − rtt``:
+    if ``service / a ≤ 0.01`` the left side never exceeds ``rtt + a`` (the clamp), so there is no ceiling;
+    otherwise there is no violation iff ``1 − ρ ≥ service / a``, i.e. ``ρ ≤ 1 − service / a``
+    (``gnn.features.crit_utilisation``; clipped at 0 where even an empty cluster is too far away).
+    """
+    cfg = sim.cfg
+    ws = sim.workloads
+    origin = np.array([p.origin for p in ws], dtype=np.int64)
+    slo = np.array([p.slo_ms for p in ws], dtype=np.float64)
+    has_slo = (slo > 0) & (origin >= 0)
+    rtt = sim.rtt[np.maximum(origin, 0)][:, sim.cluster_region]  # (W, K); rows without an SLO are masked below
+    slack = slo[:, None] - rtt
+    ratio = cfg.service_ms / np.maximum(slack, 1e-9)
+    binds = has_slo[:, None] & ((slack <= 0) | (ratio > 0.01))
+    return np.where(binds, np.clip(1.0 - ratio, 0.0, 1.0), 1.0)
+
+
+@dataclass
+class CeilingRows:
+    """The SLO-ceiling rows of the module docstring, as sparse triplets over the LP's columns.
+
+    ``y`` columns are one per (cluster, ceiling level, hour) that some latency-sensitive start can reach:
+    ``link`` rows ``Σ x − y ≤ 0`` (one per workload, cluster and hour it may run there) and ``cap`` rows
+    ``U[k, h, r] + cap[k, r]·(1 − θ)·y ≤ cap[k, r]`` (one per such ``y`` and resource the cluster has).
+    """
+
+    n_y: int
+    rows: np.ndarray  # row index within this block
+    cols: np.ndarray  # column index, with y columns counted from y0
+    vals: np.ndarray
+    b: np.ndarray  # right-hand sides
+    n_rows: int
+    link_rows: int
+    cap_rows: int
+    levels: int  # distinct (cluster, ceiling) pairs
+
+
+def _ceiling_rows(ceiling: np.ndarray, live: np.ndarray, wi: np.ndarray, xk: np.ndarray, xs: np.ndarray,
+                  xe: np.ndarray, horizon: int, cap: np.ndarray, u_col: Callable[..., np.ndarray],
+                  y0: int, below: float = 1.0) -> CeilingRows:
+    n_k = cap.shape[0]
+    theta = ceiling[live][wi, xk]  # per start variable
+    # Any subset of the rows is valid; leaving out the loose ceilings only weakens the bound.
+    sel = np.flatnonzero(theta < min(below, 1.0))
+    # Levels: distinct (cluster, ceiling); workloads of one origin and SLO on one cluster share one.
+    lev_key = np.stack([xk[sel].astype(np.float64), theta[sel]], axis=1)
+    levels, lev_of = np.unique(lev_key, axis=0, return_inverse=True)
+    lev_of = lev_of.ravel()
+    # Each start variable x[w, k, s] runs there in hours s … min(s + D, H) − 1: the simulator checks
+    # the SLO in every one of them, the start hour included (placement comes before the hour's check).
+    length = np.minimum(xe[sel], horizon) - xs[sel]
+    col = np.repeat(sel, length)
+    first = np.repeat(np.cumsum(length) - length, length)
+    hour = np.repeat(xs[sel], length) + (np.arange(int(length.sum())) - first)
+    lev = np.repeat(lev_of, length)
+    # One link row per (workload, cluster, hour): z[w, k, h] = Σ of its x covering h.
+    link_key = (wi[col].astype(np.int64) * n_k + xk[col]) * horizon + hour
+    link_keys, link_row = np.unique(link_key, return_inverse=True)
+    link_row = link_row.ravel()
+    n_link = len(link_keys)
+    # The y of each link row: its workload's level at that hour.
+    yk = lev * horizon + hour
+    y_keys, y_idx = np.unique(yk, return_inverse=True)
+    y_idx = y_idx.ravel()
+    n_y = len(y_keys)
+    row_y = np.zeros(n_link, dtype=np.int64)
+    row_y[link_row] = y_idx  # every entry of a link row has the same (level, hour)
+    rows = [link_row, np.arange(n_link)]
+    cols = [col, y0 + row_y]
+    vals = [np.ones(len(col)), -np.ones(n_link)]
+    # Cap rows: per y and resource the cluster has (a resource it lacks is 0 in every schedule).
+    y_lev, y_hour = y_keys // horizon, y_keys % horizon
+    y_k = levels[y_lev, 0].astype(np.int64)
+    y_theta = levels[y_lev, 1]
+    n_cap = 0
+    for r in range(3):
+        has = np.flatnonzero(cap[y_k, r] > 0)
+        rid = n_link + n_cap + np.arange(len(has))
+        rows += [rid, rid]
+        cols += [u_col(y_k[has], y_hour[has], r), y0 + has]
+        vals += [np.ones(len(has)), cap[y_k[has], r] * (1.0 - y_theta[has])]
+        n_cap += len(has)
+    b = np.concatenate([np.zeros(n_link), *(cap[y_k[cap[y_k, r] > 0], r] for r in range(3))])
+    return CeilingRows(n_y, np.concatenate(rows), np.concatenate(cols), np.concatenate(vals), b, n_link + n_cap,
+                       n_link, n_cap, len(levels))
+
+
 def policy_schedule(sim: FederationSim, policy: RoutingPolicy) -> tuple[RunResult, dict[int, tuple[int, int]]]:
     """Run ``policy`` on ``sim`` and record where and when each workload started: ``{id: (cluster, hour)}``."""
     starts: dict[int, tuple[int, int]] = {}
@@ -247,6 +365,10 @@ class BoundResult:
     unplaceable: int
     free_drops: int
     late_starts: bool
+    slo_ceilings: bool = False
+    slo_rows: int = 0  # link + cap rows of the SLO ceilings (0 without them)
+    slo_levels: int = 0  # distinct (cluster, ceiling) pairs
+    slo_ceiling_below: float = 1.0  # only ceilings below this were added
     region_energy_kwh: dict[str, float] = field(default_factory=dict)  # facility kWh of the LP's power
     region_carbon_kg: dict[str, float] = field(default_factory=dict)
     region_vcpu_hours: dict[str, float] = field(default_factory=dict)
@@ -257,7 +379,7 @@ class BoundResult:
 
 def carbon_lower_bound(sim: FederationSim, *, max_drops: int = 0, late_starts: bool = True,
                        method: str = "highs-ipm", schedule: dict[int, tuple[int, int]] | None = None,
-                       progress: Callable[[str], None] | None = None) -> BoundResult:
+                       slo_ceilings: bool = False, slo_ceiling_below: float = 1.0, progress: Callable[[str], None] | None = None) -> BoundResult:
     """Solve the LP of the module docstring on ``sim``'s window; ``carbon_kg`` is the lower bound.
 
     ``max_drops``: how many workloads (beyond those no policy can place) the schedule may leave
@@ -266,6 +388,10 @@ def carbon_lower_bound(sim: FederationSim, *, max_drops: int = 0, late_starts: b
     ``schedule`` (workload id → (cluster, start hour), e.g. from :func:`policy_schedule`) pins every
     workload to one real schedule and leaves the others out: the optimum is then the power bound of
     that schedule alone, a check that must stay below the simulator's carbon for it.
+    ``slo_ceilings`` adds the utilisation ceilings of latency-sensitive work (module docstring): the
+    optimum then bounds only the policies with no SLO violation (and stays infeasible for a pinned
+    ``schedule`` that breaks an SLO). ``slo_ceiling_below`` keeps only the ceilings below it (fewer
+    rows, a weaker bound, still valid for the same policies).
     """
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
@@ -307,6 +433,15 @@ def carbon_lower_bound(sim: FederationSim, *, max_drops: int = 0, late_starts: b
 
     def u_col(k: np.ndarray, h: np.ndarray, r: int | np.ndarray) -> np.ndarray:
         return u0 + (k * horizon + h) * 3 + r
+
+    ceil = None
+    if slo_ceilings:
+        cap = sim.node_alloc.reshape(n_k, sim.per_cluster, 3).sum(axis=1) / np.array([1000.0, GIB, 1.0])
+        ceil = _ceiling_rows(slo_ceiling(sim), live, wi, xk, xs, xe, horizon, cap, u_col, y0=n_var,
+                             below=slo_ceiling_below)
+        n_var += ceil.n_y
+        say(f"SLO ceilings: {ceil.levels} (cluster, ceiling) levels, {ceil.n_y:,} indicator columns, "
+            f"{ceil.link_rows:,} link rows + {ceil.cap_rows:,} cap rows")
 
     # --- equality rows: assignment (W), usage flow (K·H·3).
     rows, cols, vals = [], [], []
@@ -366,25 +501,32 @@ def carbon_lower_bound(sim: FederationSim, *, max_drops: int = 0, late_starts: b
         rows_u.append(plane_row[nz])
         cols_u.append(v0 + (pj[nz] * horizon + ph[nz]) * 3 + r)
         vals_u.append(v[nz])
-    n_ub = n_planes = len(pj)
+    n_ub = len(pj)
+    b_parts = [np.zeros(n_ub)]
     counted = ~opts.free_drop[live]
     if max_drops > 0 and counted.any():
         rows_u.append(np.full(int(counted.sum()), n_ub))
         cols_u.append(d0 + np.flatnonzero(counted))
         vals_u.append(np.ones(int(counted.sum())))
+        b_parts.append(np.array([float(max_drops)]))
         n_ub += 1
+    if ceil is not None:
+        rows_u.append(n_ub + ceil.rows)
+        cols_u.append(ceil.cols)
+        vals_u.append(ceil.vals)
+        b_parts.append(ceil.b)
+        n_ub += ceil.n_rows
     a_ub = sp.csr_matrix((np.concatenate(vals_u), (np.concatenate(rows_u), np.concatenate(cols_u))),
                          shape=(n_ub, n_var))
-    b_ub = np.zeros(n_ub)
-    if n_ub > n_planes:
-        b_ub[-1] = float(max_drops)
+    b_ub = np.concatenate(b_parts)
 
     # --- bounds and objective.
     ub = np.full(n_var, np.inf)
     ub[:n_x] = 1.0
     ub[v0:q0] = np.repeat(types.cap[:, None, :], horizon, axis=1).ravel()
     d_ub = np.where(opts.free_drop[live], 1.0, 1.0 if max_drops > 0 else 0.0)
-    ub[d0:] = d_ub
+    ub[d0:d0 + n_w] = d_ub
+    ub[d0 + n_w:] = 1.0  # the SLO indicators y
     bounds = np.stack([np.zeros(n_var), ub], axis=1)
     c = np.zeros(n_var)
     c[q0:d0] = coef[types.cluster].ravel()
@@ -402,11 +544,13 @@ def carbon_lower_bound(sim: FederationSim, *, max_drops: int = 0, late_starts: b
     out = BoundResult(carbon_kg=math.nan, status=status, max_drops=max_drops, dropped=math.nan,
                       solve_s=solve_s, build_s=build_s, variables=n_var, constraints=n_eq + n_ub, nonzeros=nnz,
                       workloads=len(sim.workloads), unplaceable=int(opts.unplaceable.sum()),
-                      free_drops=int(opts.free_drop[live].sum()), late_starts=late_starts)
+                      free_drops=int(opts.free_drop[live].sum()), late_starts=late_starts,
+                      slo_ceilings=slo_ceilings, slo_rows=ceil.n_rows if ceil else 0,
+                      slo_levels=ceil.levels if ceil else 0, slo_ceiling_below=slo_ceiling_below)
     if res.status != 0:
         return out
     out.carbon_kg = float(res.fun) + constant
-    out.dropped = float(res.x[d0:][counted].sum())
+    out.dropped = float(res.x[d0:d0 + n_w][counted].sum())
     power = np.zeros((n_k, horizon))
     np.add.at(power, types.cluster, res.x[q0:d0].reshape(n_j, horizon))
     power += types.const[:, None]

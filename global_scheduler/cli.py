@@ -379,10 +379,17 @@ def register(cli: CliRoot) -> None:
         no_late_starts: bool = typer.Option(False, "--no-late-starts", help="Deferrable work starts by its deadline "
                                             "(bounds policies with no deadline miss; default: by the simulator's "
                                             "failure hour, as any 0-failure policy may)."),
+        slo_ceilings: bool = typer.Option(False, "--slo-ceilings/--no-slo-ceilings",
+                                          help="Add the utilisation ceilings of latency-sensitive work: the bound "
+                                               "then holds only for policies with no SLO violation (tighter)."),
+        slo_ceiling_below: float = typer.Option(1.0, "--slo-ceiling-below", min=0.0, max=1.0,
+                                                help="With --slo-ceilings: add only ceilings below this utilisation "
+                                                     "(fewer rows, a weaker bound, still valid)."),
         traces: Path | None = TRACES_OPT,
         json_out: Path | None = typer.Option(None, "--json", help="Write the results as JSON here."),
     ) -> None:
-        """A lower bound (LP relaxation) on the carbon of ANY policy that runs every workload of the window."""
+        """A lower bound (LP relaxation) on the carbon of ANY policy that runs every workload of the window
+        (with --slo-ceilings: of any policy that also breaks no latency SLO)."""
         from global_scheduler.bench_routing import bench_config
         from global_scheduler.carbon_bound import carbon_lower_bound
         from global_scheduler.federation_sim import FederationSim
@@ -401,8 +408,14 @@ def register(cli: CliRoot) -> None:
             console.print(f"[bold]bound with up to {max_drops} dropped workloads[/bold]")
             results[f"drops_{max_drops}"] = carbon_lower_bound(sim, max_drops=max_drops,
                                                                late_starts=not no_late_starts,
+                                                               slo_ceilings=slo_ceilings,
+                                                               slo_ceiling_below=slo_ceiling_below,
                                                                progress=lambda msg: console.print(f"  {msg}"))
-        table = Table(title=f"carbon lower bound: {cfg.clusters} clusters in {len(cfg.regions)} regions, {cfg.days} "
+        which = ("policies with no SLO violation (SLO ceilings on"
+                 + (f", those below {slo_ceiling_below:g})" if slo_ceiling_below < 1 else ")") if slo_ceilings
+                 else "any policy (SLO ceilings off)")
+        which += ", no deadline miss" if no_late_starts else ""
+        table = Table(title=f"carbon lower bound for {which}: {cfg.clusters} clusters in {len(cfg.regions)} regions, {cfg.days} "
                       f"days from {cfg.start} (+{cfg.drain_hours} h drain), {len(sim.workloads)} workloads")
         for col in ("may drop", "bound kg", "dropped", "unplaceable", "variables", "solve s", "status"):
             table.add_column(col, justify="right")
@@ -423,6 +436,7 @@ def register(cli: CliRoot) -> None:
             json_out.parent.mkdir(parents=True, exist_ok=True)
             json_out.write_text(json.dumps({"config": {k: (list(v) if isinstance(v, tuple) else v)
                                                        for k, v in cfg.__dict__.items()},
+                                            "slo_ceilings": slo_ceilings, "late_starts": not no_late_starts,
                                             "bounds": {k: r.as_dict() for k, r in results.items()}},
                                            indent=2, default=str))
         failed = [r for r in results.values() if math.isnan(r.carbon_kg)]

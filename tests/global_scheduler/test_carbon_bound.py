@@ -11,7 +11,13 @@ import pytest
 from typer.testing import CliRunner
 
 from global_scheduler.bench_routing import bench_config
-from global_scheduler.carbon_bound import carbon_lower_bound, node_types, policy_schedule, workload_options
+from global_scheduler.carbon_bound import (
+    carbon_lower_bound,
+    node_types,
+    policy_schedule,
+    slo_ceiling,
+    workload_options,
+)
 from global_scheduler.federation_sim import FederationConfig, FederationSim, TraceWorkload, _Pending
 from global_scheduler.routing.registry import get_policy
 from meridian.cli import build_app
@@ -61,6 +67,62 @@ def test_start_window_follows_the_simulator() -> None:
     assert strict == pytest.approx(90 * 1.1 * 100 * 2 / 1e6, rel=1e-6)
 
 
+def _ceiling_sim() -> FederationSim:
+    """Two one-node clusters (16 vCPU, 64 GiB): eu-north at 100 g/kWh, eu-central at 300 g/kWh, every hour.
+
+    A: a latency-sensitive service from eu-north, 4 vCPU / 8 GiB for 24 h from hour 0, SLO 12 ms. Its RTT
+    is 2 ms at home and ~18.6 ms to Frankfurt, so only eu-north passes the filter, where its ceiling is
+    1 − 5 / (12 − 2) = 0.5. B: 8 vCPU / 16 GiB for 2 h from hour 5, no SLO, not deferrable (starts by
+    hour 6, while A surely runs). C: a 600 ms SLO, whose clamp (5 / 598 < 0.01) leaves no ceiling.
+    """
+    sim = FederationSim(FederationConfig(regions=("eu-north", "eu-central"), clusters=2, days=1), TRACES)
+    sim.set_nodes(np.array([[16_000, 64 * GIB, 0]] * 2, dtype=np.int64), ["", ""])
+    a = TraceWorkload(0, "t", 0.0, 24.0, 1, 4_000, 8 * GIB, 0)
+    b = TraceWorkload(1, "t", 5.0, 2.0, 1, 8_000, 16 * GIB, 0)
+    pending = sim.cfg.max_pending_hours
+    w = sim.cfg.weights_latency_sensitive
+    sim.workloads = [_Pending(a, 0, float(pending), False, 0, 12.0, None, w),
+                     _Pending(b, 5, 5.0 + pending, False, 0, 0.0, None, w)]
+    sim.tenants, sim.tenant_index = ["t"], {"t": 0}
+    sim.carbon[0, :] = 100.0
+    sim.carbon[1, :] = 300.0
+    return sim
+
+
+def test_slo_ceiling_values() -> None:
+    sim = _ceiling_sim()
+    c = TraceWorkload(2, "t", 0.0, 1.0, 1, 1_000, GIB, 0)
+    sim.workloads.append(_Pending(c, 0, 2.0, False, 0, 600.0, None, sim.cfg.weights_latency_sensitive))
+    ceiling = slo_ceiling(sim)
+    assert ceiling[0, 0] == pytest.approx(0.5)
+    assert ceiling[1].tolist() == [1.0, 1.0]  # no SLO
+    assert ceiling[2].tolist() == [1.0, 1.0]  # 2 + 5 / 0.01 = 502 ms ≤ 600 ms even on a full cluster
+    # The simulator's own rule at the ceiling and just above it (A's RTT at home is 2 ms).
+    assert 2.0 + 5.0 / max(1 - 0.5, 0.01) <= 12.0 < 2.0 + 5.0 / max(1 - 0.5001, 0.01)
+
+
+def test_slo_ceiling_binds_on_hand_built_case() -> None:
+    # Both hosts are "small" (60 / 180 W): with ≤ 4 GiB per vCPU the CPU vertex (11.25 W per vCPU) is the
+    # binding plane, so the LP's power is 11.25 W × vCPUs held. PUE 1.1 (eu-north), 1.3 (eu-central).
+    sim = _ceiling_sim()
+    north, central = 11.25 * 1.1 * 100 / 1e6, 11.25 * 1.3 * 300 / 1e6  # kg per vCPU-hour
+    # Without ceilings all of it sits on clean eu-north: 4 × 24 + 8 × 2 vCPU-hours.
+    plain = carbon_lower_bound(sim)
+    assert plain.carbon_kg == pytest.approx((4 * 24 + 8 * 2) * north, rel=1e-6)
+    assert plain.slo_rows == 0 and not plain.slo_ceilings
+    # With them, eu-north holds at most 0.5 × 16 = 8 vCPU while A runs there: half of B (4 vCPU) goes to
+    # eu-central for its 2 hours.
+    tight = carbon_lower_bound(sim, slo_ceilings=True)
+    assert tight.slo_ceilings and tight.slo_rows > 0
+    assert tight.carbon_kg == pytest.approx((4 * 24 + 4 * 2) * north + 4 * 2 * central, rel=1e-6)
+    # Real schedules: B beside A breaks A's SLO in the simulator, so that schedule is outside the LP;
+    # B on eu-central is inside it, at exactly its power bound.
+    assert carbon_lower_bound(sim, schedule={0: (0, 0), 1: (0, 5)}).status == "Optimal"
+    assert "infeasible" in carbon_lower_bound(sim, schedule={0: (0, 0), 1: (0, 5)}, slo_ceilings=True).status.lower()
+    ok = carbon_lower_bound(sim, schedule={0: (0, 0), 1: (1, 5)}, slo_ceilings=True)
+    assert ok.carbon_kg == pytest.approx(4 * 24 * north + 8 * 2 * central, rel=1e-6)
+
+
 def test_gpu_node_planes() -> None:
     # 32 vCPU → "standard" host (120 / 400 W); 4 V100 boards (40 / 300 W): on-power 120 + 4 × 40 = 280 W.
     sim = FederationSim(FederationConfig(regions=("eu-north",), clusters=1, days=1), TRACES)
@@ -81,21 +143,28 @@ def test_gpu_node_planes() -> None:
 
 
 @pytest.fixture(scope="module")
-def small_window() -> tuple[FederationSim, dict[str, tuple[float, int]], dict[str, dict[int, tuple[int, int]]]]:
+def small_window() -> tuple[FederationSim, dict[str, tuple[float, int]], dict[str, dict[int, tuple[int, int]]],
+                            dict[str, int]]:
     # Two days on six clusters: karmada and round-robin fail nothing there (one day: every policy fails 2-4).
     cfg = bench_config(traces_dir=TRACES, days=2, clusters=6)
     sim = FederationSim(cfg, TRACES)
-    runs, schedules = {}, {}
+    runs, schedules, violations = {}, {}, {}
     for name in ("karmada", "round-robin", "gnn", "least-carbon"):
         r, schedules[name] = policy_schedule(sim, get_policy(name))
         runs[name] = (r.carbon_kg, r.failures)
-    return sim, runs, schedules
+        violations[name] = r.slo_violations
+    return sim, runs, schedules, violations
 
 
-def test_bound_below_every_policy(small_window) -> None:
-    sim, runs, _ = small_window
-    bounds: dict[int, float] = {}
-    for failures in sorted({f for _, f in runs.values()}):
+@pytest.fixture(scope="module")
+def plain_bound(small_window) -> float:
+    return carbon_lower_bound(small_window[0]).carbon_kg
+
+
+def test_bound_below_every_policy(small_window, plain_bound) -> None:
+    sim, runs, _, _ = small_window
+    bounds: dict[int, float] = {0: plain_bound}
+    for failures in sorted({f for _, f in runs.values()} - {0}):
         bounds[failures] = carbon_lower_bound(sim, max_drops=failures).carbon_kg
     assert 0 in bounds, f"no policy without failures on this window: {runs}"
     assert math.isfinite(bounds[0]) and bounds[0] > 0
@@ -110,7 +179,7 @@ def test_bound_below_every_policy(small_window) -> None:
 def test_real_schedules_are_inside_the_lp(small_window) -> None:
     # Each policy's actual schedule satisfies the LP's start windows and cluster filter, and the LP's power
     # for exactly that schedule stays below the simulator's carbon for it (the power planes are valid).
-    sim, runs, schedules = small_window
+    sim, runs, schedules, _ = small_window
     opts = workload_options(sim)
     index = {p.w.id: i for i, p in enumerate(sim.workloads)}
     for name, starts in schedules.items():
@@ -123,6 +192,34 @@ def test_real_schedules_are_inside_the_lp(small_window) -> None:
         assert 0 < pinned <= runs[name][0], (name, pinned, runs[name])
 
 
+def test_slo_ceilings_admit_slo_respecting_schedules(small_window) -> None:
+    # The key validity check: a schedule that broke no SLO in the simulator satisfies every ceiling row,
+    # so pinned to it the LP stays feasible, at the same power (the rows constrain usage, which the
+    # schedule fixes). A schedule that broke some SLO must violate a row in the hour it did.
+    sim, runs, schedules, violations = small_window
+    clean = [name for name in runs if violations[name] == 0 and runs[name][1] == 0]
+    assert {"karmada", "gnn"} <= set(clean), (runs, violations)
+    for name in clean:
+        with_rows = carbon_lower_bound(sim, schedule=schedules[name], slo_ceilings=True)
+        assert with_rows.status == "Optimal", (name, with_rows.status)
+        assert with_rows.carbon_kg == pytest.approx(carbon_lower_bound(sim, schedule=schedules[name]).carbon_kg,
+                                                    rel=1e-6)
+    assert violations["least-carbon"] > 0
+    broken = carbon_lower_bound(sim, schedule=schedules["least-carbon"], slo_ceilings=True)
+    assert "infeasible" in broken.status.lower(), broken.status
+
+
+def test_slo_ceiling_bound_between_plain_bound_and_slo_respecting_policies(small_window, plain_bound) -> None:
+    sim, runs, _, violations = small_window
+    tight = carbon_lower_bound(sim, slo_ceilings=True)
+    assert tight.status == "Optimal" and tight.slo_rows > 0
+    # More rows can only raise the optimum (they bind on this window: latency-sensitive work is everywhere).
+    assert tight.carbon_kg > plain_bound * (1 + 1e-6), (tight.carbon_kg, plain_bound)
+    for name, (carbon, failures) in runs.items():
+        if violations[name] == 0 and failures == 0:
+            assert tight.carbon_kg <= carbon, (name, tight.carbon_kg, carbon)
+
+
 def test_cli_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "bound.json"
     res = CliRunner().invoke(build_app(), ["bench", "routing-bound", "--days", "1", "--clusters", "6", "--drops", "3",
@@ -133,6 +230,22 @@ def test_cli_writes_json(tmp_path: Path) -> None:
     b0, b3 = data["bounds"]["drops_0"], data["bounds"]["drops_3"]
     assert 0 < b3["carbon_kg"] <= b0["carbon_kg"] < math.inf
     assert b3["dropped"] <= 3 + 1e-6
+
+
+def test_cli_slo_ceilings_flag(tmp_path: Path) -> None:
+    # One day on two clusters: small enough to solve in a second or two. Off by default, and says so.
+    args = ["bench", "routing-bound", "--days", "1", "--clusters", "2", "--drops", "0"]
+    plain, tight = tmp_path / "plain.json", tmp_path / "tight.json"
+    res = CliRunner().invoke(build_app(), [*args, "--json", str(plain)])
+    assert res.exit_code == 0, res.output
+    assert "SLO ceilings off" in " ".join(res.output.split())  # the table title may wrap
+    res = CliRunner().invoke(build_app(), [*args, "--slo-ceilings", "--json", str(tight)])
+    assert res.exit_code == 0, res.output
+    assert "SLO ceilings on" in " ".join(res.output.split())  # the table title may wrap
+    p, t = json.loads(plain.read_text()), json.loads(tight.read_text())
+    assert not p["slo_ceilings"] and t["slo_ceilings"]
+    assert p["bounds"]["drops_0"]["slo_rows"] == 0 < t["bounds"]["drops_0"]["slo_rows"]
+    assert t["bounds"]["drops_0"]["carbon_kg"] >= p["bounds"]["drops_0"]["carbon_kg"] * (1 - 1e-7)
 
 
 def test_no_feasible_schedule_gives_no_bound() -> None:
