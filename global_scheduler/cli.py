@@ -22,7 +22,7 @@ from rich.table import Table
 
 from meridian.cli import CliRoot
 
-console = Console()
+console = Console(width=None if Console().is_terminal else 160)  # tables whole in logs and pipes
 log = logging.getLogger(__name__)
 
 API_OPT = typer.Option(None, "--api", envvar="MERIDIAN_API", help="host:port of the global API (default 127.0.0.1:50051).")
@@ -273,8 +273,8 @@ def register(cli: CliRoot) -> None:
 
     @bench.command("routing")
     def bench_routing(
-        policies: str = typer.Option(",".join(("gnn", "karmada", "least-carbon", "least-cost", "round-robin", "random")),
-                                     help="Comma-separated routing policies."),
+        policies: str | None = typer.Option(None, help="Comma-separated routing policies (default: gnn and every "
+                                            "baseline, bench_routing.DEFAULT_POLICIES)."),
         carbon: Path | None = CARBON_OPT,
         prices: Path | None = PRICES_OPT,
         start: str = START_OPT,
@@ -292,6 +292,7 @@ def register(cli: CliRoot) -> None:
     ) -> None:
         """Compare routing policies on the held-back federation window (real carbon, prices, DLRM workloads)."""
         from global_scheduler.bench_routing import (
+            DEFAULT_POLICIES,
             bench_config,
             comparison,
             decision_latency,
@@ -299,7 +300,7 @@ def register(cli: CliRoot) -> None:
         )
         from global_scheduler.routing.registry import names
 
-        names_list = [p.strip() for p in policies.split(",") if p.strip()]
+        names_list = [p.strip() for p in policies.split(",") if p.strip()] if policies else list(DEFAULT_POLICIES)
         unknown = [p for p in names_list if p not in names()]
         if unknown:
             raise typer.BadParameter(f"unknown {unknown}; known: {', '.join(names())}", param_hint="--policies")

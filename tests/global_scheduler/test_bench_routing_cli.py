@@ -51,3 +51,12 @@ def test_unknown_reference_policy_is_a_usage_error() -> None:
     res = CliRunner().invoke(build_app(), ["bench", "routing", *WINDOW, "--same-work-as", "nope"])
     assert res.exit_code == 2
     assert "--same-work-as" in res.output and "unknown" in res.output
+
+
+def test_default_policies_are_gnn_and_every_baseline(tmp_path: Path) -> None:
+    from global_scheduler.routing.registry import BASELINES
+
+    data = _bench(tmp_path)
+    assert set(data["policies"]) == {"gnn", *BASELINES}
+    safe, greedy = data["policies"]["least-carbon-slo"], data["policies"]["least-carbon"]
+    assert safe["slo_violations"] == 0 < greedy["slo_violations"]
