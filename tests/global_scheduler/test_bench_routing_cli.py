@@ -60,3 +60,7 @@ def test_default_policies_are_gnn_and_every_baseline(tmp_path: Path) -> None:
     assert set(data["policies"]) == {"gnn", *BASELINES}
     safe, greedy = data["policies"]["least-carbon-slo"], data["policies"]["least-carbon"]
     assert safe["slo_violations"] == 0 < greedy["slo_violations"]
+    summary = data["comparison"]
+    assert summary["carbon_vs_least_carbon_slo"] == pytest.approx(
+        data["policies"]["gnn"]["carbon_kg"] / safe["carbon_kg"] - 1)
+    assert summary["failures_vs_least_carbon_slo"] == [data["policies"]["gnn"]["failures"], safe["failures"]]
