@@ -35,6 +35,12 @@ With ``gate_constrained`` (a hyper-parameter, session 4), a pod with a GPU-model
 go to nodes of its model, and re-ordering FGD's ties among them was a net loss on the validation
 split's augmented runs (``docs/bench-learned.md`` §0f).
 
+With ``gate_gpu_pods`` (a hyper-parameter, session 5), every pod that asks for a GPU gets ``g ≡ 0``:
+the correction only places CPU-only pods. On a GPU cluster a CPU-only pod's node decides whose GPUs
+its CPU strands, FGD's fragmentation delta scores that coarsely (most nodes tie), and that is where
+the correction's gains were found on the validation split; re-ordering the GPU pods' ties added
+nothing on average there and caused most of the runs behind FGD (``docs/bench-learned.md`` §0g).
+
 The MLP is shared across nodes, so the network is independent of the cluster's size and of the
 node order; the linear *heuristic head* ``w_lin`` reads the baselines' scores directly, which makes
 imitation of a heuristic easy and gives policy search a small, well-conditioned subspace to tune.
@@ -61,6 +67,7 @@ from regional_scheduler.learned.features import FEATURE_LAYOUT, IDX, N_NODE, N_P
 
 UNUSED = IDX["node_unused"]
 CONSTRAINED = POD_FEATURES.index("has_gpu_model_constraint")
+CPU_ONLY = POD_FEATURES.index("is_cpu_only")
 
 # 2: residual over FGD (``residual_bound`` in the hyper-parameters). Version 1 files hold a full
 # ranking network whose scores mean something else; they are refused, not reinterpreted.
@@ -114,10 +121,11 @@ class PlacementNet(nn.Module):
     def __init__(self, n_node: int = N_NODE, n_pod: int = N_POD, hidden: int = 32,
                  feature_mean: np.ndarray | None = None, feature_std: np.ndarray | None = None,
                  residual_bound: float = DEFAULT_RESIDUAL_BOUND, gate_unused: bool = False,
-                 gate_constrained: bool = False) -> None:
+                 gate_constrained: bool = False, gate_gpu_pods: bool = False) -> None:
         super().__init__()
         self.gate_unused = bool(gate_unused)
         self.gate_constrained = bool(gate_constrained)
+        self.gate_gpu_pods = bool(gate_gpu_pods)
         if not residual_bound > 0:
             raise ValueError(f"residual_bound must be > 0, got {residual_bound}")
         self.n_node, self.n_pod, self.hidden = n_node, n_pod, hidden
@@ -180,6 +188,9 @@ class PlacementNet(nn.Module):
         if self.gate_constrained:
             keep = (pod_features[..., CONSTRAINED] <= 0).to(logits.dtype)
             logits = logits * keep.unsqueeze(-1)
+        if self.gate_gpu_pods:
+            keep = (pod_features[..., CPU_ONLY] > 0).to(logits.dtype)
+            logits = logits * keep.unsqueeze(-1)
         if valid is not None:
             logits = masked_logits(logits, valid)
         return logits
@@ -218,7 +229,7 @@ class PlacementNet(nn.Module):
     def hyper_parameters(self) -> dict[str, float]:
         return {"n_node": self.n_node, "n_pod": self.n_pod, "hidden": self.hidden,
                 "residual_bound": self.residual_bound, "gate_unused": self.gate_unused,
-                "gate_constrained": self.gate_constrained}
+                "gate_constrained": self.gate_constrained, "gate_gpu_pods": self.gate_gpu_pods}
 
     def zero_correction(self) -> None:
         """``g ≡ 0``: the residual policy becomes FGD exactly (the search's starting point)."""
@@ -274,7 +285,8 @@ def load_checkpoint(path: Path | str) -> tuple[dict[str, PlacementNet], dict[str
         hp = dict(entry["hyper_parameters"])
         net = PlacementNet(n_node=int(hp["n_node"]), n_pod=int(hp["n_pod"]), hidden=int(hp["hidden"]),
                            residual_bound=float(hp["residual_bound"]), gate_unused=bool(hp.get("gate_unused", False)),
-                           gate_constrained=bool(hp.get("gate_constrained", False)))
+                           gate_constrained=bool(hp.get("gate_constrained", False)),
+                           gate_gpu_pods=bool(hp.get("gate_gpu_pods", False)))
         try:
             net.load_state_dict(entry["state_dict"])
         except RuntimeError as exc:
@@ -351,6 +363,7 @@ class NumpyPlacementNet:
         self.residual_bound = net.residual_bound
         self.gate_unused = net.gate_unused
         self.gate_constrained = net.gate_constrained
+        self.gate_gpu_pods = net.gate_gpu_pods
         self.mean = sd["feature_mean"]
         self.inv_std = (1.0 / sd["feature_std"]).astype(np.float32)
         w0 = sd["mlp.0.weight"]  # (H, n_node + n_pod + 2 n_node)
@@ -418,8 +431,10 @@ class NumpyPlacementNet:
                                lambda idx: self.predict(node_features(idx, self.columns), pod_features))
 
     def _fgd_only(self, pod_features: np.ndarray) -> bool:
-        """``gate_constrained`` and a model-constrained pod: ``g ≡ 0``, no node features needed."""
-        return self.gate_constrained and bool(pod_features[CONSTRAINED] > 0)
+        """``g ≡ 0`` for this pod (no node features needed): ``gate_constrained`` and a model-constrained
+        pod, or ``gate_gpu_pods`` and a pod that asks for a GPU."""
+        return ((self.gate_constrained and bool(pod_features[CONSTRAINED] > 0))
+                or (self.gate_gpu_pods and not bool(pod_features[CPU_ONLY] > 0)))
 
     def predict(self, node_features: np.ndarray, pod_features: np.ndarray) -> np.ndarray:
         """The correction ``g`` (the raw network output) of each given node."""

@@ -20,6 +20,7 @@ from regional_scheduler.framework import Scheduler
 from regional_scheduler.learned.features import IDX, N_NODE, FeatureBuilder
 from regional_scheduler.learned.policy import (
     CONSTRAINED,
+    CPU_ONLY,
     CheckpointError,
     NumpyPlacementNet,
     PlacementNet,
@@ -276,3 +277,53 @@ def test_gate_constrained_numpy_equals_torch(openb_slice) -> None:
     assert not np.any(net.predict(x, p))  # constrained: g ≡ 0
     p[CONSTRAINED] = 0.0
     assert np.any(net.predict(x, p))
+
+
+def test_gate_gpu_pods_leaves_every_gpu_pod_to_fgd(openb_slice, tmp_path: Path) -> None:
+    nodes, workload, arrivals = openb_slice
+    weights = {"best_fit_leftover": -1.0, "free_gpu_frac": 0.3, "free_cpu_frac": 0.5}
+    scorers = {}
+    for gate in (False, True):
+        net = _linear_net(weights)
+        net.gate_unused, net.gate_gpu_pods = True, gate
+        path = tmp_path / f"gpu-gate-{gate}.pt"
+        save_checkpoint(path, {"gpu": net})
+        loaded, _ = load_checkpoint(path)  # the flag survives the round trip
+        assert loaded["gpu"].gate_gpu_pods is gate
+        scorers[gate] = LearnedScorer(loaded)
+    builder, fgd, state = FeatureBuilder(), FgdPolicy(), ClusterState.from_nodes(nodes)
+    for s in (*scorers.values(), fgd, builder):
+        s.prepare(state, workload)
+    counts = {"gpu": 0, "ungated_moved": 0, "cpu": 0, "cpu_moved": 0}
+    for pod in arrivals[:600]:
+        cand = np.flatnonzero(run_filters(state, pod)[0])
+        if cand.size == 0:
+            continue
+        fgd_pick = int(np.argmax(fgd.score(state, pod, cand).scores))
+        gated_pick = int(np.argmax(scorers[True].score(state, pod, cand).scores))
+        ungated_pick = int(np.argmax(scorers[False].score(state, pod, cand).scores))
+        if pod.requests.gpu_milli_total > 0:
+            counts["gpu"] += 1
+            assert gated_pick == fgd_pick
+            counts["ungated_moved"] += ungated_pick != fgd_pick
+        else:
+            counts["cpu"] += 1
+            assert gated_pick == ungated_pick  # CPU-only pods keep the correction
+            counts["cpu_moved"] += gated_pick != fgd_pick
+        state.allocate(pod, state.choose_devices(int(cand[gated_pick]), pod))
+    assert counts["gpu"] > 100 and counts["cpu"] > 20
+    assert counts["ungated_moved"] > 0, "without the gate the correction should move some GPU pods"
+    assert counts["cpu_moved"] > 0, "the correction should still move some CPU-only pods"
+
+
+def test_gate_gpu_pods_numpy_equals_torch(openb_slice) -> None:
+    net = _random_net(5, 1.0, gate_unused=True, gate_gpu_pods=True)  # with the MLP
+    builder, state, pod, cand = _first_gpu_pod(openb_slice)
+    x, _ = builder.node_features(state, pod, cand)
+    p = builder.pod_features(state, pod, cand.size)
+    for flag in (0.0, 1.0):
+        p[CPU_ONLY] = flag
+        np.testing.assert_allclose(NumpyPlacementNet(net).predict(x, p), net.predict(x, p), rtol=1e-4, atol=1e-4)
+    assert np.any(net.predict(x, p))  # a CPU-only pod: corrected
+    p[CPU_ONLY] = 0.0
+    assert not np.any(net.predict(x, p)) and not np.any(NumpyPlacementNet(net).predict(x, p))
