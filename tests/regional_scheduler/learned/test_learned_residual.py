@@ -221,6 +221,32 @@ def test_gated_numpy_equals_torch(mlp_scale: float, openb_slice) -> None:
     np.testing.assert_allclose(NumpyPlacementNet(net).predict(x, p), net.predict(x, p), rtol=1e-4, atol=1e-4)
 
 
+def _gated_walk(nodes: list[Node], workload: list[Pod], arrivals: list[Pod], weights: dict[str, float],
+                gate: str, tmp_path: Path):
+    """Place ``arrivals`` with the gated scorer (``gate`` set on a linear net, through a checkpoint round
+    trip); yield, per placed pod, its features and the FGD, gated and ungated picks."""
+    scorers = {}
+    for on in (False, True):
+        net = _linear_net(weights)
+        net.gate_unused = True
+        setattr(net, gate, on)
+        path = tmp_path / f"{gate}-{on}.pt"
+        save_checkpoint(path, {"gpu": net})
+        loaded, _ = load_checkpoint(path)  # the flag survives the round trip
+        assert getattr(loaded["gpu"], gate) is on
+        scorers[on] = LearnedScorer(loaded)
+    builder, fgd, state = FeatureBuilder(), FgdPolicy(), ClusterState.from_nodes(nodes)
+    for s in (*scorers.values(), fgd, builder):
+        s.prepare(state, workload)
+    for pod in arrivals:
+        cand = np.flatnonzero(run_filters(state, pod)[0])
+        if cand.size == 0:
+            continue
+        picks = [int(np.argmax(p.score(state, pod, cand).scores)) for p in (fgd, scorers[True], scorers[False])]
+        yield (builder.pod_features(state, pod, cand.size), *picks)
+        state.allocate(pod, state.choose_devices(int(cand[picks[1]]), pod))
+
+
 def test_gate_constrained_leaves_model_constrained_pods_to_fgd(openb_slice, tmp_path: Path) -> None:
     from regional_scheduler.learned.augment import augmented_pod_list
 
@@ -230,29 +256,9 @@ def test_gate_constrained_leaves_model_constrained_pods_to_fgd(openb_slice, tmp_
     arrivals = openb.inflate_pods(constrained_list, sum(n.allocatable_resources.gpu for n in nodes) * 1000,
                                   seed=7)[:500]
     weights = {"best_fit_leftover": -1.0, "free_gpu_frac": 0.3, "model_pressure": -0.5}
-    scorers = {}
-    for gate in (False, True):
-        net = _linear_net(weights)
-        net.gate_unused, net.gate_constrained = True, gate
-        path = tmp_path / f"gate-{gate}.pt"
-        save_checkpoint(path, {"gpu": net})
-        loaded, _ = load_checkpoint(path)  # the flag survives the round trip
-        assert loaded["gpu"].gate_constrained is gate
-        scorers[gate] = LearnedScorer(loaded)
-    builder = FeatureBuilder()
-    fgd = FgdPolicy()
-    state = ClusterState.from_nodes(nodes)
-    for s in (*scorers.values(), fgd, builder):
-        s.prepare(state, constrained_list)
     counts = {"constrained": 0, "ungated_moved": 0, "free_moved": 0}
-    for pod in arrivals:
-        cand = np.flatnonzero(run_filters(state, pod)[0])
-        if cand.size == 0:
-            continue
-        p = builder.pod_features(state, pod, cand.size)
-        fgd_pick = int(np.argmax(fgd.score(state, pod, cand).scores))
-        gated_pick = int(np.argmax(scorers[True].score(state, pod, cand).scores))
-        ungated_pick = int(np.argmax(scorers[False].score(state, pod, cand).scores))
+    for p, fgd_pick, gated_pick, ungated_pick in _gated_walk(nodes, constrained_list, arrivals, weights,
+                                                              "gate_constrained", tmp_path):
         if p[CONSTRAINED] > 0:
             counts["constrained"] += 1
             assert gated_pick == fgd_pick
@@ -260,49 +266,35 @@ def test_gate_constrained_leaves_model_constrained_pods_to_fgd(openb_slice, tmp_
         else:
             assert gated_pick == ungated_pick  # the gate touches constrained pods only
             counts["free_moved"] += gated_pick != fgd_pick
-        state.allocate(pod, state.choose_devices(int(cand[gated_pick]), pod))
     assert counts["constrained"] > 20
     assert counts["ungated_moved"] > 0, "without the gate the correction should move some constrained pods"
     assert counts["free_moved"] > 0, "the correction should still act on unconstrained pods"
 
 
-def test_gate_constrained_numpy_equals_torch(openb_slice) -> None:
-    net = _random_net(4, 1.0, gate_unused=True, gate_constrained=True)  # with the MLP
+@pytest.mark.parametrize(("gate", "column", "gated", "free"), [
+    pytest.param("gate_constrained", CONSTRAINED, 1.0, 0.0, id="model-constrained-pod"),
+    pytest.param("gate_gpu_pods", CPU_ONLY, 0.0, 1.0, id="gpu-pod"),
+])
+def test_pod_gates_numpy_equals_torch(openb_slice, gate: str, column: int, gated: float, free: float) -> None:
+    net = _random_net(4, 1.0, gate_unused=True, **{gate: True})  # with the MLP
     builder, state, pod, cand = _first_gpu_pod(openb_slice)
     x, _ = builder.node_features(state, pod, cand)
     p = builder.pod_features(state, pod, cand.size)
-    for flag in (0.0, 1.0):
-        p[CONSTRAINED] = flag
+    for flag in (gated, free):
+        p[column] = flag
         np.testing.assert_allclose(NumpyPlacementNet(net).predict(x, p), net.predict(x, p), rtol=1e-4, atol=1e-4)
-    assert not np.any(net.predict(x, p))  # constrained: g ≡ 0
-    p[CONSTRAINED] = 0.0
-    assert np.any(net.predict(x, p))
+    assert np.any(net.predict(x, p))  # a pod the gate lets through: corrected
+    p[column] = gated
+    assert not np.any(net.predict(x, p)) and not np.any(NumpyPlacementNet(net).predict(x, p))  # g ≡ 0
 
 
 def test_gate_gpu_pods_leaves_every_gpu_pod_to_fgd(openb_slice, tmp_path: Path) -> None:
     nodes, workload, arrivals = openb_slice
     weights = {"best_fit_leftover": -1.0, "free_gpu_frac": 0.3, "free_cpu_frac": 0.5}
-    scorers = {}
-    for gate in (False, True):
-        net = _linear_net(weights)
-        net.gate_unused, net.gate_gpu_pods = True, gate
-        path = tmp_path / f"gpu-gate-{gate}.pt"
-        save_checkpoint(path, {"gpu": net})
-        loaded, _ = load_checkpoint(path)  # the flag survives the round trip
-        assert loaded["gpu"].gate_gpu_pods is gate
-        scorers[gate] = LearnedScorer(loaded)
-    builder, fgd, state = FeatureBuilder(), FgdPolicy(), ClusterState.from_nodes(nodes)
-    for s in (*scorers.values(), fgd, builder):
-        s.prepare(state, workload)
     counts = {"gpu": 0, "ungated_moved": 0, "cpu": 0, "cpu_moved": 0}
-    for pod in arrivals[:600]:
-        cand = np.flatnonzero(run_filters(state, pod)[0])
-        if cand.size == 0:
-            continue
-        fgd_pick = int(np.argmax(fgd.score(state, pod, cand).scores))
-        gated_pick = int(np.argmax(scorers[True].score(state, pod, cand).scores))
-        ungated_pick = int(np.argmax(scorers[False].score(state, pod, cand).scores))
-        if pod.requests.gpu_milli_total > 0:
+    for p, fgd_pick, gated_pick, ungated_pick in _gated_walk(nodes, workload, arrivals[:600], weights,
+                                                              "gate_gpu_pods", tmp_path):
+        if p[CPU_ONLY] == 0:
             counts["gpu"] += 1
             assert gated_pick == fgd_pick
             counts["ungated_moved"] += ungated_pick != fgd_pick
@@ -310,20 +302,6 @@ def test_gate_gpu_pods_leaves_every_gpu_pod_to_fgd(openb_slice, tmp_path: Path) 
             counts["cpu"] += 1
             assert gated_pick == ungated_pick  # CPU-only pods keep the correction
             counts["cpu_moved"] += gated_pick != fgd_pick
-        state.allocate(pod, state.choose_devices(int(cand[gated_pick]), pod))
     assert counts["gpu"] > 100 and counts["cpu"] > 20
     assert counts["ungated_moved"] > 0, "without the gate the correction should move some GPU pods"
     assert counts["cpu_moved"] > 0, "the correction should still move some CPU-only pods"
-
-
-def test_gate_gpu_pods_numpy_equals_torch(openb_slice) -> None:
-    net = _random_net(5, 1.0, gate_unused=True, gate_gpu_pods=True)  # with the MLP
-    builder, state, pod, cand = _first_gpu_pod(openb_slice)
-    x, _ = builder.node_features(state, pod, cand)
-    p = builder.pod_features(state, pod, cand.size)
-    for flag in (0.0, 1.0):
-        p[CPU_ONLY] = flag
-        np.testing.assert_allclose(NumpyPlacementNet(net).predict(x, p), net.predict(x, p), rtol=1e-4, atol=1e-4)
-    assert np.any(net.predict(x, p))  # a CPU-only pod: corrected
-    p[CPU_ONLY] = 0.0
-    assert not np.any(net.predict(x, p)) and not np.any(NumpyPlacementNet(net).predict(x, p))
