@@ -374,7 +374,8 @@ class BoundResult:
     region_vcpu_hours: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """JSON-ready: a figure an LP without an optimum does not give (NaN here) is ``None`` (null), not NaN."""
+        return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in self.__dict__.items()}
 
 
 def carbon_lower_bound(sim: FederationSim, *, max_drops: int = 0, late_starts: bool = True,

@@ -257,5 +257,7 @@ def test_no_feasible_schedule_gives_no_bound() -> None:
                      for w in ws]
     r = carbon_lower_bound(sim)
     assert math.isnan(r.carbon_kg) and "infeasible" in r.status.lower()
+    # The JSON the CLI writes says "no bound" as null, never as a NaN that strict parsers refuse.
+    assert r.as_dict()["carbon_kg"] is None and json.loads(json.dumps(r.as_dict(), allow_nan=False))
     # Allowed to leave one unrun, the LP has an optimum again.
     assert math.isfinite(carbon_lower_bound(sim, max_drops=1).carbon_kg)
