@@ -7,6 +7,7 @@ seed ``5000 + j`` (the benchmark uses 42–51). No held-out list (``default``, `
 ``multigpu*``) is used. Run::
 
     MERIDIAN_LEARNED_CHECKPOINT=path.pt python -m regional_scheduler.learned.validation fgd,learned out.json
+    python -m regional_scheduler.learned.validation fgd,learned out.json gpu 3   # 3 seed sets: 30 runs
 
 The CPU profile's split (``cpu`` as a third argument): seed-50x200 on seeds 3000–3299 (training uses
 1000+ — up to 1247 for v4 and up to 1159 for v5 (both session 3), and 1300–1499 for a scan — and
@@ -45,20 +46,40 @@ def _policy(spec: str) -> str:
     return name
 
 
-def validation_runs(policies: list[str], n: int = len(LISTS)) -> list[dict[str, Any]]:
+# Seed set k shifts every run's augmentation and inflation seeds by k × SEED_SET_STRIDE. Session 5 used
+# three sets (30 runs): one run per list is too noisy to choose between variants a few tenths apart.
+SEED_SET_STRIDE = 1000
+
+
+def validation_runs(policies: list[str], n: int = len(LISTS), seed_sets: int = 1) -> list[dict[str, Any]]:
+    """Run ``j`` of seed set ``k``: list ``LISTS[j]``, augmentation seed ``5,000,000 + j + 1000 k`` (runs
+    ``j < N_AUGMENTED``), openb inflation seed ``5000 + j + 1000 k`` (training uses 10,000 and up)."""
     nodes = openb.load_nodes()
     rows = []
-    for j in range(n):
-        name = LISTS[j % len(LISTS)]
-        pods = openb.load_pods(openb.openb_dir() / f"openb_pod_list_{name}.csv")
-        pods, share = augmented_pod_list(pods, nodes, 5_000_000 + j, p_augment=1.0 if j < N_AUGMENTED else 0.0)
-        inp = BenchInput("openb", nodes, pods)
-        for policy in policies:
-            result = run_one(inp, _policy(policy), 5000 + j)
-            rows.append({"j": j, "list": name, "share": share, "policy": policy,
-                         "gpu100": result.curve[100]["gpu_alloc_pct"]})
-            print(rows[-1], flush=True)
+    for k in range(seed_sets):
+        shift = k * SEED_SET_STRIDE
+        for j in range(n):
+            name = LISTS[j % len(LISTS)]
+            pods = openb.load_pods(openb.openb_dir() / f"openb_pod_list_{name}.csv")
+            pods, share = augmented_pod_list(pods, nodes, 5_000_000 + j + shift,
+                                             p_augment=1.0 if j < N_AUGMENTED else 0.0)
+            inp = BenchInput("openb", nodes, pods)
+            for policy in policies:
+                result = run_one(inp, _policy(policy), 5000 + j + shift)
+                rows.append({"j": j, "seed": 5000 + j + shift, "list": name, "share": share, "policy": policy,
+                             "gpu100": result.curve[100]["gpu_alloc_pct"]})
+                print(rows[-1], flush=True)
     return rows
+
+
+def against_fgd(rows: list[dict[str, Any]], policy: str) -> dict[str, float]:
+    """Mean and worst difference to ``fgd`` over the runs both were measured on, and the runs ≥ FGD."""
+    fgd = {r["seed"]: r["gpu100"] for r in rows if r["policy"] == "fgd"}
+    diff = [r["gpu100"] - fgd[r["seed"]] for r in rows if r["policy"] == policy and r["seed"] in fgd]
+    if not diff:
+        return {}
+    return {"mean_delta": sum(diff) / len(diff), "worst_delta": min(diff),
+            "runs_at_least_fgd": sum(d >= 0 for d in diff), "runs": len(diff)}
 
 
 CPU_SEEDS = range(3000, 3300)
@@ -98,11 +119,12 @@ def main(argv: list[str]) -> None:
         seeds = seed_range(argv[3]) if len(argv) > 3 else CPU_SEEDS
         Path(argv[1]).write_text(json.dumps(cpu_validation_runs(argv[0].split(","), seeds), indent=1))
         return
-    rows = validation_runs(argv[0].split(","))
+    seed_sets = int(argv[3]) if len(argv) > 3 and argv[2] == "gpu" else 1
+    rows = validation_runs(argv[0].split(","), seed_sets=seed_sets)
     Path(argv[1]).write_text(json.dumps(rows, indent=1))
-    for policy in argv[0].split(","):
+    for i, policy in enumerate(argv[0].split(",")):
         values = [r["gpu100"] for r in rows if r["policy"] == policy]
-        print(policy, "mean", sum(values) / len(values))
+        print(policy, "mean", sum(values) / len(values), against_fgd(rows, policy) if i else "")
 
 
 if __name__ == "__main__":
