@@ -44,6 +44,28 @@ def _traces_default() -> Path:
     return default_traces_dir()
 
 
+def _window(*, start: str, days: int, clusters: int, seed: int, traces: Path | None, carbon: Path | None,
+            prices: Path | None) -> tuple[Any, Path]:
+    """The federation window the routing benches share (their six window options), and the traces folder."""
+    from global_scheduler.bench_routing import bench_config
+
+    traces_dir = traces or _traces_default()
+    try:
+        return bench_config(start=start, days=days, clusters=clusters, seed=seed, traces_dir=traces_dir,
+                            carbon_dir=carbon, prices_file=prices), traces_dir
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _series_error(exc: KeyError) -> typer.BadParameter:
+    """A region whose zone or price area the given series lack, or a window outside them."""
+    return typer.BadParameter(str(exc.args[0] if exc.args else exc), param_hint="--carbon/--prices/--start")
+
+
+def _config_json(cfg: Any) -> dict[str, Any]:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.__dict__.items()}
+
+
 def _client(api: str | None, token: str | None, ca: Path | None):
     from global_scheduler.client import GlobalClient
 
@@ -293,12 +315,12 @@ def register(cli: CliRoot) -> None:
         """Compare routing policies on the held-back federation window (real carbon, prices, DLRM workloads)."""
         from global_scheduler.bench_routing import (
             DEFAULT_POLICIES,
-            bench_config,
             comparison,
             decision_latency,
             run_routing_bench,
         )
         from global_scheduler.routing.registry import names
+        from meridian.grid_data import GridDataError
 
         names_list = [p.strip() for p in policies.split(",") if p.strip()] if policies else list(DEFAULT_POLICIES)
         unknown = [p for p in names_list if p not in names()]
@@ -307,12 +329,8 @@ def register(cli: CliRoot) -> None:
         if same_work_as is not None and same_work_as not in names():
             raise typer.BadParameter(f"unknown {same_work_as!r}; known: {', '.join(names())}",
                                      param_hint="--same-work-as")
-        traces_dir = traces or _traces_default()
-        try:
-            cfg = bench_config(start=start, days=days, clusters=clusters, seed=seed, traces_dir=traces_dir,
-                               carbon_dir=carbon, prices_file=prices)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc)) from None
+        cfg, traces_dir = _window(start=start, days=days, clusters=clusters, seed=seed, traces=traces,
+                                  carbon=carbon, prices=prices)
         hooks: dict[str, Any] = {}
         on_interval = None
         if save_run is not None:
@@ -327,8 +345,10 @@ def register(cli: CliRoot) -> None:
                                             prices_file=prices, checkpoint=checkpoint, on_interval=on_interval,
                                             progress=lambda name: status.update(f"routing with {name}…"),
                                             same_work_as=same_work_as)
-        except KeyError as exc:  # a region whose zone or price area the given series lack, or a window outside them
-            raise typer.BadParameter(str(exc.args[0] if exc.args else exc), param_hint="--carbon/--prices/--start") from None
+        except KeyError as exc:
+            raise _series_error(exc) from None
+        except GridDataError as exc:  # a --carbon/--prices file or folder that cannot be read
+            raise typer.BadParameter(str(exc), param_hint="--carbon/--prices") from None
         work = f", only the work {same_work_as} starts" if same_work_as else ""
         table = Table(title=f"routing: {cfg.clusters} clusters in {len(cfg.regions)} regions, {cfg.days} days from "
                       f"{cfg.start}, {next(iter(results.values()))['workloads']} workloads{work}")
@@ -362,9 +382,7 @@ def register(cli: CliRoot) -> None:
             console.print(f"run saved to {path}")
         if json_out is not None:
             json_out.parent.mkdir(parents=True, exist_ok=True)
-            json_out.write_text(json.dumps({"config": {k: (list(v) if isinstance(v, tuple) else v)
-                                                       for k, v in cfg.__dict__.items()},
-                                            "same_work_as": same_work_as,
+            json_out.write_text(json.dumps({"config": _config_json(cfg), "same_work_as": same_work_as,
                                             "policies": results, "comparison": summary}, indent=2, default=str))
 
     @bench.command("routing-bound")
@@ -391,19 +409,17 @@ def register(cli: CliRoot) -> None:
     ) -> None:
         """A lower bound (LP relaxation) on the carbon of ANY policy that runs every workload of the window
         (with --slo-ceilings: of any policy that also breaks no latency SLO)."""
-        from global_scheduler.bench_routing import bench_config
         from global_scheduler.carbon_bound import carbon_lower_bound
         from global_scheduler.federation_sim import FederationSim
 
-        traces_dir = traces or _traces_default()
+        cfg, traces_dir = _window(start=start, days=days, clusters=clusters, seed=seed, traces=traces,
+                                  carbon=carbon, prices=prices)
         try:
-            cfg = bench_config(start=start, days=days, clusters=clusters, seed=seed, traces_dir=traces_dir,
-                               carbon_dir=carbon, prices_file=prices)
             sim = FederationSim(cfg, traces_dir, carbon_dir=carbon, prices_file=prices)
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
         except KeyError as exc:
-            raise typer.BadParameter(str(exc.args[0] if exc.args else exc), param_hint="--carbon/--prices/--start") from None
+            raise _series_error(exc) from None
         results = {}
         for max_drops in ((0, drops) if drops else (0,)):
             console.print(f"[bold]bound with up to {max_drops} dropped workloads[/bold]")
@@ -435,8 +451,7 @@ def register(cli: CliRoot) -> None:
         console.print(regions)
         if json_out is not None:
             json_out.parent.mkdir(parents=True, exist_ok=True)
-            json_out.write_text(json.dumps({"config": {k: (list(v) if isinstance(v, tuple) else v)
-                                                       for k, v in cfg.__dict__.items()},
+            json_out.write_text(json.dumps({"config": _config_json(cfg),
                                             "slo_ceilings": slo_ceilings, "late_starts": not no_late_starts,
                                             "bounds": {k: r.as_dict() for k, r in results.items()}},
                                            indent=2, default=str))
