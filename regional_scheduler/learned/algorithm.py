@@ -311,7 +311,8 @@ def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfi
                   validation_episodes: int = 0, seed: int = 0, on_progress: Callable[[str, int, int], None] | None = None,
                   init: PlacementNet | None = None, residual_bound: float | None = None,
                   zero_correction: bool = False, search_features: Sequence[str] | None = None,
-                  gate_unused: bool | None = None, search_layers: Sequence[str] = (),
+                  gate_unused: bool | None = None, gate_gpu_pods: bool | None = None,
+                  search_layers: Sequence[str] = (),
                   mean_cap: MeanFragmentationCap | None = None,
                   line: tuple[str, Sequence[float], int] | None = None) -> ProfileResult:
     """Imitation of ``teacher`` on ``bc_episodes`` episodes, then ES until ``es_steps`` environment
@@ -330,6 +331,8 @@ def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfi
     ``search_features``: move only these head weights (:func:`search_mask`); ``None`` = the whole
     ``[head ‖ mlp_scale]``. ``search_layers``: MLP layers the search moves as well (all their weights).
     ``gate_unused``: empty nodes get a constant correction (:class:`~regional_scheduler.learned.policy.PlacementNet`).
+    ``gate_gpu_pods``: pods that ask for a GPU get ``g ≡ 0`` during the search too, so the search only
+    tunes where CPU-only pods go.
     ``mean_cap``: the search's fitness, and the in-training validation, constrain the mean final
     fragmentation of a batch (:class:`MeanFragmentationCap`).
     ``line``: ``(coordinate, deltas, episodes)`` — a :func:`line_search` before the policy search.
@@ -355,6 +358,8 @@ def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfi
         net.residual_bound = residual_bound
     if gate_unused is not None:
         net.gate_unused = gate_unused
+    if gate_gpu_pods is not None:
+        net.gate_gpu_pods = gate_gpu_pods
     if zero_correction:
         net.zero_correction()
     bc_s = time.perf_counter() - t0

@@ -127,6 +127,10 @@ def train_placement(
     gate_unused: bool = typer.Option(True, "--gate-unused/--no-gate-unused",
                                      help="GPU profile: the correction never chooses between empty nodes (they "
                                           "keep FGD's first-in-order rule); see policy.py"),
+    gate_gpu_pods: bool | None = typer.Option(None, "--gate-gpu-pods/--no-gate-gpu-pods",
+                                              help="GPU profile: pods that ask for a GPU keep FGD's node (g = 0) "
+                                                   "during the search and in the checkpoint, so only CPU-only "
+                                                   "pods are corrected; default: as in --init (off without it)"),
     cpu_unplaced_penalty: float = typer.Option(1.5, min=0.0, help="CPU profile: return lost per pod that fits "
                                                "nowhere (reward.CPU_REWARD's default 1.5)"),
     cpu_episodes_per_eval: int = typer.Option(2, min=1, help="CPU profile: episodes per ES candidate (all "
@@ -207,13 +211,15 @@ def train_placement(
                     bc_parts=("head", "mlp"), bc_learning_rates=(1e-2, 3e-3), es_steps=budget,
                     es_max_seconds=share, pairs=8, sigma=sigma, learning_rate=0.05, validation_episodes=4, seed=seed,
                     on_progress=report, init=init_net, residual_bound=residual_bound, zero_correction=from_fgd,
-                    search_features=_search_features(search_features), gate_unused=gate_unused)
+                    search_features=_search_features(search_features), gate_unused=gate_unused,
+                    gate_gpu_pods=gate_gpu_pods)
                 result.log["pod_lists"] = names
                 result.log["node_fraction"] = node_fraction
                 result.log["init"] = str(init) if init is not None else None
                 result.log["augment"] = {"p": augment, "share_of_gpu_pods": [0.05, 0.35]}
                 result.log["residual"] = {"bound": residual_bound, "start": "fgd" if from_fgd else "init head",
-                                          "gate_unused": gate_unused}
+                                          "gate_unused": gate_unused,
+                                          "gate_gpu_pods": result.net.gate_gpu_pods}
             else:
                 cpu_init = _init_profile(init, "cpu")
                 cpu_reward = cpu_reward_config(cpu_unplaced_penalty, cpu_gini_weight, cpu_gini_cap,

@@ -9,6 +9,20 @@ seed ``5000 + j`` (the benchmark uses 42–51). No held-out list (``default``, `
     MERIDIAN_LEARNED_CHECKPOINT=path.pt python -m regional_scheduler.learned.validation fgd,learned out.json
     python -m regional_scheduler.learned.validation fgd,learned out.json gpu 3   # 3 seed sets: 30 runs
 
+The *default-mix* split (``mix N`` instead of ``gpu N``, session 6): the session-5 split's lists are
+CPU-heavier than ``default`` (up to 30 % CPU-only pods against 13 %), and on the held-out lists the
+policies ranked differently from it. Each run resamples the pooled training lists to ``default``'s
+pod *mix* — the share of CPU-only, shared-GPU, one-GPU and multi-GPU pods, counted once from the
+held-out list's request columns (:data:`DEFAULT_MIX`; no result of any policy on it) — with
+replacement within each class; runs 5–9 of each seed set then get GPU-model constraints like the
+``gpuspec`` lists (:func:`~regional_scheduler.learned.augment.augmented_pod_list`), runs 0–4 stay
+plain. The training lists hold ``default``'s GPU pods (``cpu0`` is exactly them) and CPU-only pods of
+the same kind, so a plain mix run is statistically close to ``default``: this split predicts
+``default`` better, and is correspondingly less independent of it. Resample seeds 5,800,000 +
+j + 100 k, augmentation seeds 5,900,000 + j + 100 k, inflation seeds 9000 + j + 100 k::
+
+    python -m regional_scheduler.learned.validation fgd,learned out.json mix 3
+
 The CPU profile's split (``cpu`` as a third argument): seed-50x200 on seeds 3000–3299 (training uses
 1000+ — up to 1247 for v4 and up to 1159 for v5 (both session 3), and 1300–1499 for a scan — and
 1,001,000+ / 2,001,000+ / 3,001,000+; the benchmark 0–9); failure rate, Gini, CPU.
@@ -26,9 +40,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from meridian.model import Pod
 from meridian.traces import openb
 from regional_scheduler.bench_placement import BenchInput, run_one
 from regional_scheduler.learned.augment import augmented_pod_list
@@ -82,6 +100,66 @@ def against_fgd(rows: list[dict[str, Any]], policy: str) -> dict[str, float]:
             "runs_at_least_fgd": sum(d >= 0 for d in diff), "runs": len(diff)}
 
 
+TRAINING_LISTS = ("cpu0", "cpu037", "cpu050", "cpu072", "cpu100", "cpu200", "cpu235", "cpu250", "cpu300",
+                  "gpushare20", "gpushare40", "gpushare80", "gpushare100")
+# Pods per class in openb_pod_list_default.csv (8,152 pods), counted from its request columns.
+DEFAULT_MIX = {"cpu_only": 1088, "gpu_share": 3078, "gpu_one": 3911, "gpu_multi": 75}
+N_MIX_PLAIN = 5
+
+
+def pod_class(pod: Pod) -> str:
+    """``cpu_only``, ``gpu_share`` (a share of one GPU), ``gpu_one`` or ``gpu_multi`` (whole GPUs)."""
+    r = pod.requests
+    if r.gpu_milli_total == 0:
+        return "cpu_only"
+    if r.gpu_milli:
+        return "gpu_share"
+    return "gpu_one" if r.gpu == 1 else "gpu_multi"
+
+
+def resampled_pod_list(pools: dict[str, list[Pod]], mix: dict[str, int], seed: int) -> list[Pod]:
+    """``mix[c]`` pods of each class ``c`` drawn with replacement from ``pools[c]``, renamed uniquely."""
+    missing = [c for c, n in mix.items() if n and not pools.get(c)]
+    if missing:
+        raise ValueError(f"no pod of class {missing} in the pools to resample from")
+    rng = np.random.default_rng([seed, 0x313])
+    out: list[Pod] = []
+    for c in sorted(mix):
+        picks = rng.integers(0, len(pools[c]), size=mix[c]) if mix[c] else []
+        out += [pools[c][i].model_copy(update={"name": f"mix-{c}-{k}"}) for k, i in enumerate(picks)]
+    return out
+
+
+def class_pools(lists: tuple[str, ...] = TRAINING_LISTS) -> dict[str, list[Pod]]:
+    pools: dict[str, list[Pod]] = {}
+    for name in lists:
+        for pod in openb.load_pods(openb.openb_dir() / f"openb_pod_list_{name}.csv"):
+            pools.setdefault(pod_class(pod), []).append(pod)
+    return pools
+
+
+def mix_validation_runs(policies: list[str], seed_sets: int = 1, runs: Sequence[int] = range(10)) -> list[dict[str, Any]]:
+    """Run ``j`` of seed set ``k``: :data:`DEFAULT_MIX` resampled from the training lists with seed
+    ``5,800,000 + j + 100 k``; runs ``j ≥ N_MIX_PLAIN`` constrained with augmentation seed
+    ``5,900,000 + j + 100 k``; openb inflation seed ``9000 + j + 100 k``."""
+    nodes = openb.load_nodes()
+    pools = class_pools()
+    rows = []
+    for k in range(seed_sets):
+        for j in runs:
+            shift = j + 100 * k
+            pods = resampled_pod_list(pools, DEFAULT_MIX, 5_800_000 + shift)
+            pods, share = augmented_pod_list(pods, nodes, 5_900_000 + shift,
+                                             p_augment=0.0 if j < N_MIX_PLAIN else 1.0)
+            inp = BenchInput("openb", nodes, pods)
+            for policy in policies:
+                result = run_one(inp, _policy(policy), 9000 + shift)
+                rows.append({"j": j, "seed": 9000 + shift, "list": "default-mix", "share": share, "policy": policy,
+                             "gpu100": result.curve[100]["gpu_alloc_pct"]})
+                print(rows[-1], flush=True)
+    return rows
+
+
 CPU_SEEDS = range(3000, 3300)
 HARD_DEMAND_CPU = 380.0  # of the seed cluster's 50 × 8 = 400 CPUs
 
@@ -119,8 +197,11 @@ def main(argv: list[str]) -> None:
         seeds = seed_range(argv[3]) if len(argv) > 3 else CPU_SEEDS
         Path(argv[1]).write_text(json.dumps(cpu_validation_runs(argv[0].split(","), seeds), indent=1))
         return
-    seed_sets = int(argv[3]) if len(argv) > 3 and argv[2] == "gpu" else 1
-    rows = validation_runs(argv[0].split(","), seed_sets=seed_sets)
+    seed_sets = int(argv[3]) if len(argv) > 3 and argv[2] in ("gpu", "mix") else 1
+    if len(argv) > 2 and argv[2] == "mix":
+        rows = mix_validation_runs(argv[0].split(","), seed_sets=seed_sets)
+    else:
+        rows = validation_runs(argv[0].split(","), seed_sets=seed_sets)
     Path(argv[1]).write_text(json.dumps(rows, indent=1))
     for i, policy in enumerate(argv[0].split(",")):
         values = [r["gpu100"] for r in rows if r["policy"] == policy]

@@ -112,3 +112,30 @@ def test_search_can_start_from_an_earlier_network(trained, episodes) -> None:
     if result.log["validation"]["kept"] == "imitation":  # the start was kept: it is the init network
         np.testing.assert_allclose(result.log["search_vector"], trained.log["search_vector"], rtol=1e-6)
     np.testing.assert_allclose(trained.net.search_vector(), trained.log["search_vector"], rtol=1e-6)  # not mutated
+
+
+def test_search_with_gate_gpu_pods_leaves_every_gpu_pod_to_fgd() -> None:
+    from meridian.traces import openb
+    from regional_scheduler.learned.algorithm import openb_episodes
+    from regional_scheduler.learned.policy import CPU_ONLY
+    from regional_scheduler.learned.reward import GPU_REWARD
+
+    pods = openb.load_pods(openb.openb_dir() / "openb_pod_list_cpu300.csv")
+    episodes = openb_episodes([pods], openb.load_nodes(), node_fraction=0.03)
+    result = train_profile(episodes=episodes, teacher="fgd", reward=GPU_REWARD, bc_episodes=1, bc_every=4,
+                           bc_epochs=1, es_steps=600, es_max_seconds=120, pairs=2, sigma=0.5, learning_rate=0.05,
+                           seed=0, residual_bound=0.45, zero_correction=True, gate_gpu_pods=True)
+    assert result.net.gate_gpu_pods
+    assert np.any(result.net.search_vector() != 0.0), "the search never moved off FGD"
+    fast = NumpyPlacementNet(result.net)
+    env = PlacementEnv(episodes(7), lazy_features=True)
+    obs, info = env.reset()
+    gpu_pods = 0
+    while not env.done:
+        base = info["base_scores"]
+        logits = fast.residual_columns(base, info["features_of"], obs["pod_features"])
+        if obs["pod_features"][CPU_ONLY] == 0:
+            gpu_pods += 1
+            assert int(np.argmax(logits)) == int(np.argmax(base))  # FGD's own first best node
+        obs, _, _, _, info = env.step(int(info["candidates"][int(np.argmax(logits))]))
+    assert gpu_pods > 0

@@ -1,8 +1,23 @@
-"""The openb validation split: seed sets shift every run's seeds; the summary against FGD."""
+"""The openb validation splits: seed sets shift every run's seeds; the summary against FGD; the
+default-mix resampling."""
 
 from __future__ import annotations
 
-from regional_scheduler.learned.validation import SEED_SET_STRIDE, against_fgd, validation_runs
+from collections import Counter
+
+import pytest
+
+from regional_scheduler.learned.validation import (
+    DEFAULT_MIX,
+    N_MIX_PLAIN,
+    SEED_SET_STRIDE,
+    against_fgd,
+    class_pools,
+    mix_validation_runs,
+    pod_class,
+    resampled_pod_list,
+    validation_runs,
+)
 
 
 def test_seed_sets_shift_the_runs_seeds() -> None:
@@ -19,3 +34,25 @@ def test_against_fgd_pairs_runs_by_seed() -> None:
     summary = against_fgd(rows, "learned")
     assert summary == {"mean_delta": 0.25, "worst_delta": -0.5, "runs_at_least_fgd": 1, "runs": 2}
     assert against_fgd(rows, "nope") == {}
+
+
+def test_resampled_list_has_the_mix_and_depends_on_the_seed() -> None:
+    pools = class_pools(("cpu300", "gpushare80"))
+    pods = resampled_pod_list(pools, DEFAULT_MIX, 1)
+    assert Counter(pod_class(p) for p in pods) == Counter(DEFAULT_MIX)
+    assert len({p.name for p in pods}) == len(pods)  # unique names, as the simulator needs
+    assert [p.requests for p in resampled_pod_list(pools, DEFAULT_MIX, 1)] == [p.requests for p in pods]
+    assert [p.requests for p in resampled_pod_list(pools, DEFAULT_MIX, 2)] != [p.requests for p in pods]
+
+
+def test_resampling_a_class_the_pools_lack_is_an_error() -> None:
+    pools = class_pools(("cpu0",))  # no CPU-only pod in cpu0
+    with pytest.raises(ValueError, match="cpu_only"):
+        resampled_pod_list(pools, DEFAULT_MIX, 1)
+
+
+def test_default_mix_runs_are_plain_then_constrained() -> None:
+    rows = mix_validation_runs(["fgd"], runs=[N_MIX_PLAIN - 1, N_MIX_PLAIN])
+    assert [r["seed"] for r in rows] == [9000 + N_MIX_PLAIN - 1, 9000 + N_MIX_PLAIN]
+    assert rows[0]["share"] == 0.0 and rows[1]["share"] > 0.0
+    assert all(80.0 < r["gpu100"] <= 100.0 for r in rows)
