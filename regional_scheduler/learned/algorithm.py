@@ -30,7 +30,7 @@ import torch
 
 from meridian.model import Node, Pod
 from regional_scheduler.learned import imitation
-from regional_scheduler.learned.augment import augmented_pod_list
+from regional_scheduler.learned.augment import augmented_pod_list, pods_by_class, resampled_pod_list
 from regional_scheduler.learned.env import Episode, PlacementEnv, openb_episode, seed_episode
 from regional_scheduler.learned.features import IDX
 from regional_scheduler.learned.policy import NumpyPlacementNet, PlacementNet
@@ -139,15 +139,22 @@ EpisodeFactory = Callable[[int], Episode]
 
 def openb_episodes(pod_lists: Sequence[Sequence[Pod]], nodes: Sequence[Node], *,
                    node_fraction: float = 0.25, augment_p: float = 0.0,
-                   augment_share: tuple[float, float] = (0.05, 0.35)) -> EpisodeFactory:
+                   augment_share: tuple[float, float] = (0.05, 0.35),
+                   mix: dict[str, int] | None = None) -> EpisodeFactory:
     """Episode ``i``: pod list ``i mod L`` on a random ``node_fraction`` of the nodes, seeded by ``i``.
 
     With ``augment_p`` > 0, episode ``i``'s pod list gets, with that probability, GPU-model
     constraints on a random share (uniform in ``augment_share``) of its GPU pods, drawn from the node
     list's models (:mod:`~regional_scheduler.learned.augment`); the target workload is the
-    augmented list, as a ``gpuspec`` list is its own target workload."""
+    augmented list, as a ``gpuspec`` list is its own target workload.
+
+    With ``mix`` (pods per class, e.g. :data:`~regional_scheduler.learned.augment.DEFAULT_MIX`),
+    episode ``i``'s list is instead drawn from all the lists pooled, to that mix, with seed ``i``
+    (:func:`~regional_scheduler.learned.augment.resampled_pod_list`)."""
+    pools = pods_by_class(pod_lists) if mix is not None else {}
+
     def make(i: int) -> Episode:
-        pods = pod_lists[i % len(pod_lists)]
+        pods = pod_lists[i % len(pod_lists)] if mix is None else resampled_pod_list(pools, mix, i)
         if augment_p > 0:
             pods, _ = augmented_pod_list(pods, nodes, i, p_augment=augment_p, share_range=augment_share)
         return openb_episode(pods, nodes, 10_000 + i, node_fraction=node_fraction)

@@ -5,7 +5,8 @@ to about XX % of the GPU tasks (``shared/traces/README.md`` §1b). Our training 
 ``gpushare*``) have no constrained pod at all, so a policy trained on them never sees the cost of
 filling a scarce GPU model with pods that could have run anywhere. :func:`constrain_gpu_models`
 builds the same *kind* of list from a training list: a random share of the GPU pods gets an
-allowed-model set.
+allowed-model set. :func:`resampled_pod_list` (session 6) draws a list with another pod *mix* (the
+share of CPU-only, shared-GPU, one-GPU and multi-GPU pods) from pooled lists.
 
 The model sets are drawn from the **node list** (never from the held-out lists): one model, with
 probability ``single_model_p``, or 2–4 models otherwise, without replacement within a set. Each
@@ -92,3 +93,39 @@ def augmented_pod_list(pods: Sequence[Pod], nodes: Sequence[Node], seed: int, *,
     weight = supply * np.exp(rng.standard_normal(len(models)))
     preference = dict(zip(models, weight.tolist(), strict=True))
     return constrain_gpu_models(pods, nodes, share=share, rng=rng, preference=preference), share
+
+
+# Pods per class in openb_pod_list_default.csv (8,152 pods), counted from its request columns.
+DEFAULT_MIX = {"cpu_only": 1088, "gpu_share": 3078, "gpu_one": 3911, "gpu_multi": 75}
+
+
+def pod_class(pod: Pod) -> str:
+    """``cpu_only``, ``gpu_share`` (a share of one GPU), ``gpu_one`` or ``gpu_multi`` (whole GPUs)."""
+    r = pod.requests
+    if r.gpu_milli_total == 0:
+        return "cpu_only"
+    if r.gpu_milli:
+        return "gpu_share"
+    return "gpu_one" if r.gpu == 1 else "gpu_multi"
+
+
+def resampled_pod_list(pools: dict[str, list[Pod]], mix: dict[str, int], seed: int) -> list[Pod]:
+    """``mix[c]`` pods of each class ``c`` drawn with replacement from ``pools[c]``, renamed uniquely."""
+    missing = [c for c, n in mix.items() if n and not pools.get(c)]
+    if missing:
+        raise ValueError(f"no pod of class {missing} in the pools to resample from")
+    rng = np.random.default_rng([seed, 0x313])
+    out: list[Pod] = []
+    for c in sorted(mix):
+        picks = rng.integers(0, len(pools[c]), size=mix[c]) if mix[c] else []
+        out += [pools[c][i].model_copy(update={"name": f"mix-{c}-{k}"}) for k, i in enumerate(picks)]
+    return out
+
+
+def pods_by_class(pod_lists: Sequence[Sequence[Pod]]) -> dict[str, list[Pod]]:
+    """Every pod of the lists, grouped by :func:`pod_class` (duplicates kept: they weigh the draw)."""
+    pools: dict[str, list[Pod]] = {}
+    for pods in pod_lists:
+        for pod in pods:
+            pools.setdefault(pod_class(pod), []).append(pod)
+    return pools

@@ -47,6 +47,16 @@ def _pod_list_path(name: str) -> Path:
     return openb.openb_dir() / f"openb_pod_list_{name}.csv"
 
 
+def _pod_mix(name: str) -> dict[str, int] | None:
+    from regional_scheduler.learned.augment import DEFAULT_MIX
+
+    if name in ("", "none"):
+        return None
+    if name == "default":
+        return DEFAULT_MIX
+    raise typer.BadParameter(f"unknown pod mix {name!r}; choose 'default' or ''", param_hint="--pod-mix")
+
+
 def cpu_reward_config(unplaced_penalty: float, gini_weight: float, gini_cap: float | None,
                       gini_over_cap: float) -> RewardConfig:
     """The CPU profile's training reward: ``CPU_REWARD`` with the ``--cpu-*`` options (Gini in points,
@@ -127,6 +137,10 @@ def train_placement(
     gate_unused: bool = typer.Option(True, "--gate-unused/--no-gate-unused",
                                      help="GPU profile: the correction never chooses between empty nodes (they "
                                           "keep FGD's first-in-order rule); see policy.py"),
+    pod_mix: str = typer.Option("", help="GPU profile: 'default' = every training episode's pod list is drawn "
+                                         "from the --pods lists pooled, to the CPU-only / shared-GPU / one-GPU / "
+                                         "multi-GPU pod counts of openb's default list (augment.DEFAULT_MIX); "
+                                         "'' = the lists as they are"),
     gate_gpu_pods: bool | None = typer.Option(None, "--gate-gpu-pods/--no-gate-gpu-pods",
                                               help="GPU profile: pods that ask for a GPU keep FGD's node (g = 0) "
                                                    "during the search and in the checkpoint, so only CPU-only "
@@ -205,7 +219,7 @@ def train_placement(
                 if init_net is not None:
                     init_net.residual_bound = residual_bound
                 episodes = algorithm.openb_episodes(lists, openb.load_nodes(), node_fraction=node_fraction,
-                                                   augment_p=augment)
+                                                   augment_p=augment, mix=_pod_mix(pod_mix))
                 result = algorithm.train_profile(
                     episodes=episodes, teacher="fgd", reward=GPU_REWARD, bc_episodes=6, bc_every=2, bc_epochs=6,
                     bc_parts=("head", "mlp"), bc_learning_rates=(1e-2, 3e-3), es_steps=budget,
@@ -217,6 +231,7 @@ def train_placement(
                 result.log["node_fraction"] = node_fraction
                 result.log["init"] = str(init) if init is not None else None
                 result.log["augment"] = {"p": augment, "share_of_gpu_pods": [0.05, 0.35]}
+                result.log["pod_mix"] = pod_mix or None
                 result.log["residual"] = {"bound": residual_bound, "start": "fgd" if from_fgd else "init head",
                                           "gate_unused": gate_unused,
                                           "gate_gpu_pods": result.net.gate_gpu_pods}

@@ -13,7 +13,7 @@ The *default-mix* split (``mix N`` instead of ``gpu N``, session 6): the session
 CPU-heavier than ``default`` (up to 30 % CPU-only pods against 13 %), and on the held-out lists the
 policies ranked differently from it. Each run resamples the pooled training lists to ``default``'s
 pod *mix* — the share of CPU-only, shared-GPU, one-GPU and multi-GPU pods, counted once from the
-held-out list's request columns (:data:`DEFAULT_MIX`; no result of any policy on it) — with
+held-out list's request columns (:data:`~regional_scheduler.learned.augment.DEFAULT_MIX`; no result of any policy on it) — with
 replacement within each class; runs 5–9 of each seed set then get GPU-model constraints like the
 ``gpuspec`` lists (:func:`~regional_scheduler.learned.augment.augmented_pod_list`), runs 0–4 stay
 plain. The training lists hold ``default``'s GPU pods (``cpu0`` is exactly them) and CPU-only pods of
@@ -44,12 +44,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from meridian.model import Pod
 from meridian.traces import openb
 from regional_scheduler.bench_placement import BenchInput, run_one
-from regional_scheduler.learned.augment import augmented_pod_list
+from regional_scheduler.learned.augment import (
+    DEFAULT_MIX,
+    augmented_pod_list,
+    pods_by_class,
+    resampled_pod_list,
+)
 
 LISTS = ("cpu050", "gpushare40", "cpu200", "gpushare80", "cpu0", "cpu300", "gpushare20", "cpu100",
          "cpu037", "gpushare100")
@@ -102,40 +105,9 @@ def against_fgd(rows: list[dict[str, Any]], policy: str) -> dict[str, float]:
 
 TRAINING_LISTS = ("cpu0", "cpu037", "cpu050", "cpu072", "cpu100", "cpu200", "cpu235", "cpu250", "cpu300",
                   "gpushare20", "gpushare40", "gpushare80", "gpushare100")
-# Pods per class in openb_pod_list_default.csv (8,152 pods), counted from its request columns.
-DEFAULT_MIX = {"cpu_only": 1088, "gpu_share": 3078, "gpu_one": 3911, "gpu_multi": 75}
-N_MIX_PLAIN = 5
-
-
-def pod_class(pod: Pod) -> str:
-    """``cpu_only``, ``gpu_share`` (a share of one GPU), ``gpu_one`` or ``gpu_multi`` (whole GPUs)."""
-    r = pod.requests
-    if r.gpu_milli_total == 0:
-        return "cpu_only"
-    if r.gpu_milli:
-        return "gpu_share"
-    return "gpu_one" if r.gpu == 1 else "gpu_multi"
-
-
-def resampled_pod_list(pools: dict[str, list[Pod]], mix: dict[str, int], seed: int) -> list[Pod]:
-    """``mix[c]`` pods of each class ``c`` drawn with replacement from ``pools[c]``, renamed uniquely."""
-    missing = [c for c, n in mix.items() if n and not pools.get(c)]
-    if missing:
-        raise ValueError(f"no pod of class {missing} in the pools to resample from")
-    rng = np.random.default_rng([seed, 0x313])
-    out: list[Pod] = []
-    for c in sorted(mix):
-        picks = rng.integers(0, len(pools[c]), size=mix[c]) if mix[c] else []
-        out += [pools[c][i].model_copy(update={"name": f"mix-{c}-{k}"}) for k, i in enumerate(picks)]
-    return out
-
-
+N_MIX_PLAIN = 5  # runs 0–4 of a seed set stay plain, 5–9 get GPU-model constraints
 def class_pools(lists: tuple[str, ...] = TRAINING_LISTS) -> dict[str, list[Pod]]:
-    pools: dict[str, list[Pod]] = {}
-    for name in lists:
-        for pod in openb.load_pods(openb.openb_dir() / f"openb_pod_list_{name}.csv"):
-            pools.setdefault(pod_class(pod), []).append(pod)
-    return pools
+    return pods_by_class([openb.load_pods(openb.openb_dir() / f"openb_pod_list_{name}.csv") for name in lists])
 
 
 def mix_validation_runs(policies: list[str], seed_sets: int = 1, runs: Sequence[int] = range(10)) -> list[dict[str, Any]]:

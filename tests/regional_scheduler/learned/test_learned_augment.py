@@ -127,3 +127,18 @@ def test_augmented_openb_episodes_use_the_augmented_list_as_workload(small_gpu_c
     assert make(4).workload == ep.workload  # deterministic per episode index
     plain = openb_episodes([_pods()], small_gpu_cluster, node_fraction=1.0)(4)
     assert not any(p.allowed_gpu_models for p in plain.workload)
+
+
+def test_pod_mix_episodes_draw_every_list_to_the_mix(small_gpu_cluster: list[Node]) -> None:
+    from collections import Counter
+
+    from regional_scheduler.learned.algorithm import openb_episodes
+    from regional_scheduler.learned.augment import pod_class
+
+    cpu_heavy = [p for p in _pods() if pod_class(p) == "cpu_only"]
+    gpu_only = [p for p in _pods() if pod_class(p) != "cpu_only"]
+    mix = {"cpu_only": 10, "gpu_share": 20, "gpu_one": 30, "gpu_multi": 5}
+    make = openb_episodes([cpu_heavy, gpu_only], small_gpu_cluster, node_fraction=1.0, mix=mix)
+    for i in (0, 1):  # without the mix, episode 0 would be all CPU-only and episode 1 all GPU
+        assert Counter(pod_class(p) for p in make(i).workload) == Counter(mix)
+    assert [p.requests for p in make(1).workload] == [p.requests for p in make(1).workload]

@@ -7,15 +7,13 @@ from collections import Counter
 
 import pytest
 
+from regional_scheduler.learned.augment import DEFAULT_MIX, pod_class, resampled_pod_list
 from regional_scheduler.learned.validation import (
-    DEFAULT_MIX,
     N_MIX_PLAIN,
     SEED_SET_STRIDE,
     against_fgd,
     class_pools,
     mix_validation_runs,
-    pod_class,
-    resampled_pod_list,
     validation_runs,
 )
 
