@@ -121,13 +121,14 @@ def live_part(cfg: Any, bus_url: str, traces_dir: Path) -> dict[str, Any]:
                 console.print(etable)
                 energy = {k: v.model_dump(mode="json") for k, v in report.regions.items()}
                 tenants = report
-                ttable = Table(title="the same energy by tenant (shared out by requests; (idle): unrequested capacity)")
+                ttable = Table(title="the same energy by tenant (shared out by requests; (unattributed): "
+                                     "unrequested capacity)")
                 for col in ("tenant", "energy Wh", "carbon g", "share"):
                     ttable.add_column(col, justify="left" if col == "tenant" else "right")
                 total_kwh = tenants.totals.energy_kwh or 1.0
-                for name, t in sorted(tenants.groups.items(), key=lambda kv: -kv[1].energy_kwh):
-                    ttable.add_row(name, f"{t.energy_kwh * 1000:.2f}", f"{t.carbon_kg * 1000:.2f}",
-                                   f"{100 * t.energy_kwh / total_kwh:.0f} %")
+                groups = {k: (t.energy_kwh, t.carbon_kg) for k, t in tenants.groups.items()}
+                for name, kwh, kg in tenant_rows(groups):
+                    ttable.add_row(name, f"{kwh * 1000:.2f}", f"{kg * 1000:.2f}", f"{100 * kwh / total_kwh:.0f} %")
                 console.print(ttable)
                 energy_by_tenant = {k: v.model_dump(mode="json") for k, v in tenants.groups.items()}
             except grpc.RpcError as exc:
@@ -141,6 +142,26 @@ def live_part(cfg: Any, bus_url: str, traces_dir: Path) -> dict[str, Any]:
                 "energy_by_tenant": energy_by_tenant, "wall_s": time.perf_counter() - t0}
     finally:
         fed.close()
+
+
+TOP_TENANTS = 10
+
+
+def tenant_rows(groups: dict[str, tuple[float, float]], top: int = TOP_TENANTS) -> list[tuple[str, float, float]]:
+    """``(tenant, kWh, kg)`` rows, largest first: the unattributed row and the ``top`` largest tenants,
+    the rest summed into one ``(N more tenants)`` row so a trace with hundreds of tenants stays readable
+    (the JSON keeps every tenant)."""
+    from global_scheduler.accounting.table import UNATTRIBUTED_TENANT
+
+    ranked = sorted(groups.items(), key=lambda kv: -kv[1][0])
+    shown = [kv for kv in ranked if kv[0] == UNATTRIBUTED_TENANT]
+    named = [kv for kv in ranked if kv[0] != UNATTRIBUTED_TENANT]
+    shown += named[:top]
+    rows = [(name, kwh, kg) for name, (kwh, kg) in sorted(shown, key=lambda kv: -kv[1][0])]
+    rest = named[top:]
+    if rest:
+        rows.append((f"({len(rest)} more tenants)", sum(v[0] for _, v in rest), sum(v[1] for _, v in rest)))
+    return rows
 
 
 def replay_part(days: int, clusters: int, save_run: Path | None, traces_dir: Path) -> dict[str, Any]:
