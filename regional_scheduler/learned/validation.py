@@ -106,7 +106,10 @@ def against_fgd(rows: list[dict[str, Any]], policy: str) -> dict[str, float]:
 TRAINING_LISTS = ("cpu0", "cpu037", "cpu050", "cpu072", "cpu100", "cpu200", "cpu235", "cpu250", "cpu300",
                   "gpushare20", "gpushare40", "gpushare80", "gpushare100")
 N_MIX_PLAIN = 5  # runs 0–4 of a seed set stay plain, 5–9 get GPU-model constraints
+
+
 def class_pools(lists: tuple[str, ...] = TRAINING_LISTS) -> dict[str, list[Pod]]:
+    """The training lists' pods by class (:func:`~regional_scheduler.learned.augment.pods_by_class`)."""
     return pods_by_class([openb.load_pods(openb.openb_dir() / f"openb_pod_list_{name}.csv") for name in lists])
 
 
