@@ -301,7 +301,7 @@ def explain_command(
     from regional_scheduler.framework import Scheduler
     from regional_scheduler.learned.explain import explain
     from regional_scheduler.learned.policy import CheckpointError, load_checkpoint
-    from regional_scheduler.learned.serving import LearnedPolicy, LearnedScorer
+    from regional_scheduler.learned.serving import LearnedPolicy, LearnedScorer, ServingSettings
 
     try:
         nets, _ = load_checkpoint(checkpoint)
@@ -319,7 +319,9 @@ def explain_command(
     if pod_index >= len(arrivals):
         raise typer.BadParameter(f"only {len(arrivals)} pods arrive", param_hint="--pod-index")
     scorer = LearnedScorer(nets)
-    scheduler = Scheduler(LearnedPolicy(scorer=scorer))
+    # The replay must reach the state the benchmark's run of this seed reaches, whatever the machine's
+    # load: the model decides every earlier pod (the budget is counted, not enforced, as in the bench).
+    scheduler = Scheduler(LearnedPolicy(ServingSettings(enforce_budget=False), scorer=scorer))
     state = ClusterState.from_nodes(nodes)
     scheduler.prepare(state, workload)
     for pod in arrivals[:pod_index]:

@@ -38,3 +38,28 @@ def test_no_feasible_node_is_explained_by_the_filter(untrained_nets, small_gpu_c
     result = explain(scorer, state, huge)
     assert result.chosen is None and result.n_feasible == 0
     assert result.rejected_by["NodeResourcesFit"] == len(small_gpu_cluster)
+
+
+def test_explain_replay_does_not_depend_on_machine_load(tmp_path, monkeypatch) -> None:
+    # Every decision made to look 10 ms slow (a loaded machine): the replay of the earlier pods must
+    # still be the model's, so the explained state and choice are the same as on a quiet machine.
+    import json
+
+    from typer.testing import CliRunner
+
+    from meridian.cli import build_app
+    from regional_scheduler.learned import serving
+
+    def run(name: str) -> dict:
+        out = tmp_path / f"{name}.json"
+        result = CliRunner().invoke(build_app(), ["explain", "--scenario", "seed-50x200", "--seed", "3",
+                                                  "--pod-index", "120", "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        return json.loads(out.read_text())
+
+    quiet = run("quiet")
+    clock = iter(range(10**9))
+    monkeypatch.setattr(serving.time, "perf_counter", lambda: next(clock) * 0.010)
+    loaded = run("loaded")
+    assert loaded["chosen"] == quiet["chosen"]
+    assert [n["node"] for n in loaded["nodes"]] == [n["node"] for n in quiet["nodes"]]
