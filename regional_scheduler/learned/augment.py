@@ -95,6 +95,10 @@ def augmented_pod_list(pods: Sequence[Pod], nodes: Sequence[Node], seed: int, *,
     return constrain_gpu_models(pods, nodes, share=share, rng=rng, preference=preference), share
 
 
+# The openb pod lists the `gpu` profile trains on (the checkpoints README's split); the other nine are held out.
+TRAINING_LISTS = ("cpu0", "cpu037", "cpu050", "cpu072", "cpu100", "cpu200", "cpu235", "cpu250", "cpu300",
+                  "gpushare20", "gpushare40", "gpushare80", "gpushare100")
+
 # Pods per class in openb_pod_list_default.csv (8,152 pods), counted from its request columns.
 DEFAULT_MIX = {"cpu_only": 1088, "gpu_share": 3078, "gpu_one": 3911, "gpu_multi": 75}
 

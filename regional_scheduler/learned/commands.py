@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from meridian.traces import openb
+from regional_scheduler.learned.augment import TRAINING_LISTS
 from regional_scheduler.learned.reward import RewardConfig
 from regional_scheduler.learned.serving import DEFAULT_CHECKPOINT
 
@@ -24,8 +25,7 @@ if TYPE_CHECKING:
 
 console = Console(width=None if Console().is_terminal else 160)
 
-DEFAULT_TRAIN_LISTS = ("cpu0,cpu037,cpu050,cpu072,cpu100,cpu200,cpu235,cpu250,cpu300,"
-                       "gpushare20,gpushare40,gpushare80,gpushare100")
+DEFAULT_TRAIN_LISTS = ",".join(TRAINING_LISTS)
 
 
 def _init_profile(init: Path | None, profile: str) -> PlacementNet | None:

@@ -49,6 +49,7 @@ from meridian.traces import openb
 from regional_scheduler.bench_placement import BenchInput, run_one
 from regional_scheduler.learned.augment import (
     DEFAULT_MIX,
+    TRAINING_LISTS,
     augmented_pod_list,
     pods_by_class,
     resampled_pod_list,
@@ -103,8 +104,6 @@ def against_fgd(rows: list[dict[str, Any]], policy: str) -> dict[str, float]:
             "runs_at_least_fgd": sum(d >= 0 for d in diff), "runs": len(diff)}
 
 
-TRAINING_LISTS = ("cpu0", "cpu037", "cpu050", "cpu072", "cpu100", "cpu200", "cpu235", "cpu250", "cpu300",
-                  "gpushare20", "gpushare40", "gpushare80", "gpushare100")
 N_MIX_PLAIN = 5  # runs 0–4 of a seed set stay plain, 5–9 get GPU-model constraints
 
 
@@ -178,9 +177,9 @@ def main(argv: list[str]) -> None:
     else:
         rows = validation_runs(argv[0].split(","), seed_sets=seed_sets)
     Path(argv[1]).write_text(json.dumps(rows, indent=1))
-    for i, policy in enumerate(argv[0].split(",")):
+    for policy in argv[0].split(","):
         values = [r["gpu100"] for r in rows if r["policy"] == policy]
-        print(policy, "mean", sum(values) / len(values), against_fgd(rows, policy) if i else "")
+        print(policy, "mean", sum(values) / len(values), "" if policy == "fgd" else against_fgd(rows, policy))
 
 
 if __name__ == "__main__":

@@ -54,3 +54,14 @@ def test_default_mix_runs_are_plain_then_constrained() -> None:
     assert [r["seed"] for r in rows] == [9000 + N_MIX_PLAIN - 1, 9000 + N_MIX_PLAIN]
     assert rows[0]["share"] == 0.0 and rows[1]["share"] > 0.0
     assert all(80.0 < r["gpu100"] <= 100.0 for r in rows)
+
+
+def test_training_and_validation_lists_exclude_every_held_out_list() -> None:
+    from meridian.traces import openb
+    from regional_scheduler.learned.augment import TRAINING_LISTS
+    from regional_scheduler.learned.validation import LISTS
+
+    names = {p.stem.removeprefix("openb_pod_list_") for p in openb.pod_list_paths()}
+    held_out = {n for n in names if n == "default" or n.startswith(("gpuspec", "multigpu"))}
+    assert len(held_out) == 9 and set(TRAINING_LISTS) | held_out == names
+    assert not held_out & (set(TRAINING_LISTS) | set(LISTS)) and set(LISTS) <= set(TRAINING_LISTS)
