@@ -102,17 +102,24 @@ class LearnedScorer:
         self.fast = {name: NumpyPlacementNet(net) for name, net in nets.items()}
         self.features = FeatureBuilder()
         self.profile = next(iter(nets))
+        self._profiled_state: ClusterState | None = None
 
     def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
         self.features.prepare(state, workload)
+        self._choose_profile(state)
+
+    def _choose_profile(self, state: ClusterState) -> None:
         wanted = cluster_profile(state)
         self.profile = wanted if wanted in self.nets else next(iter(self.nets))
+        self._profiled_state = state
 
     @property
     def net(self) -> PlacementNet:
         return self.nets[self.profile]
 
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> Scores:
+        if state is not self._profiled_state:  # a live scheduler is never prepared
+            self._choose_profile(state)
         base = self.features.fgd.score(state, pod, nodes)
         p = self.features.pod_features(state, pod, nodes.size)
         scores = self.fast[self.profile].residual_columns(

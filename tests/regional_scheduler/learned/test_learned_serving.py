@@ -168,3 +168,30 @@ def test_shadow_mode_records_both_choices(untrained_nets, small_gpu_cluster, sma
     assert len(shadow.records) == shadow.n_decisions == len(small_workload)
     assert [r.active_node for r in shadow.records] == decisions
     assert shadow.agreement == sum(r.agree for r in shadow.records) / len(small_workload)
+
+
+def test_an_unprepared_scheduler_serves_the_profile_of_its_cluster() -> None:
+    """The live dispatch worker never calls ``prepare``: on a CPU-only cluster it must still use the
+    committed checkpoint's ``cpu`` profile, and decide as a prepared scheduler does."""
+    from meridian.simulator import seed_cluster, seed_pods
+    from regional_scheduler.policies.registry import get_policy
+
+    def nodes_chosen(prepare: bool) -> tuple[str, list[int | None]]:
+        policy = get_policy("learned")
+        state = ClusterState.from_nodes(seed_cluster())
+        scheduler = Scheduler(policy)
+        pods = seed_pods(3)
+        if prepare:
+            scheduler.prepare(state, pods)
+        chosen: list[int | None] = []
+        for pod in pods:
+            placement = scheduler.place(state, pod)
+            chosen.append(None if placement is None else placement.node)
+            if placement is not None:
+                state.allocate(pod, placement)
+        return policy.scorer.profile, chosen
+
+    live_profile, live = nodes_chosen(prepare=False)
+    prepared_profile, prepared = nodes_chosen(prepare=True)
+    assert live_profile == prepared_profile == "cpu"
+    assert live == prepared
