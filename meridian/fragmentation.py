@@ -75,6 +75,18 @@ class TargetWorkload:
             probability=counts / counts.sum(),
         )
 
+    def distance(self, other: TargetWorkload) -> float:
+        """Total-variation distance between the two shape distributions (0 = same, 1 = disjoint)."""
+        mine, theirs = self._by_shape(), other._by_shape()
+        return 0.5 * sum(abs(mine.get(k, 0.0) - theirs.get(k, 0.0)) for k in mine.keys() | theirs.keys())
+
+    def _by_shape(self) -> dict[tuple, float]:
+        return {
+            (int(c), int(g), int(n), a.tobytes()): float(q)
+            for c, g, n, a, q in zip(self.milli_cpu, self.gpu_milli_per_device, self.gpu_count, self.model_access,
+                                     self.probability, strict=True)
+        }
+
 
 def node_fragmentation_milli(
     workload: TargetWorkload,

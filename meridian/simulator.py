@@ -88,11 +88,14 @@ def run_arrivals(
     seed: int,
     curve_every_pct: int = 1,
     on_step: Callable[[int], None] | None = None,
+    prepare: bool = True,
 ) -> RunResult:
     """Place ``pods`` in order, never releasing; record GPU metrics at every ``curve_every_pct``
-    of arrived GPU request (the FGD paper's x-axis)."""
+    of arrived GPU request (the FGD paper's x-axis). ``prepare=False`` never tells the policy the
+    target workload, as in a live scheduler: FGD then learns it from the pods it places."""
     state = ClusterState.from_nodes(nodes)
-    policy.prepare(state, workload)
+    if prepare:
+        policy.prepare(state, workload)
     target = TargetWorkload.from_pods(workload, state.gpu_models)
     cap = metrics.gpu_capacity_milli(state)
     result = RunResult(policy=policy.name, scenario=scenario, seed=seed)
@@ -125,14 +128,17 @@ def run_timeline(
     *,
     seed: int,
     on_step: Callable[[int], None] | None = None,
+    prepare: bool = True,
 ) -> RunResult:
-    """Replay creation and deletion times: a pod that fails at creation is dropped."""
+    """Replay creation and deletion times: a pod that fails at creation is dropped (``prepare`` as
+    in :func:`run_arrivals`)."""
     missing = [p.name for p in pods if p.creation_time_s is None]
     if missing:
         raise ValueError(f"the timeline protocol needs creation times; {len(missing)} pods lack one "
                          f"(e.g. {missing[0]}); use a pod list with timestamps")
     state = ClusterState.from_nodes(nodes)
-    policy.prepare(state, pods)
+    if prepare:
+        policy.prepare(state, pods)
     result = RunResult(policy=policy.name, scenario="timeline", seed=seed)
     # Events: (time, kind, index); deletions sort before creations at the same instant.
     events = [(p.creation_time_s, 1, i) for i, p in enumerate(pods)]

@@ -62,22 +62,26 @@ def _with_policy_counts(result: RunResult, scheduler: Any) -> RunResult:
 
 
 def run_one(inp: BenchInput, policy_name: str, seed: int, *, on_step: Callable[[int], None] | None = None,
-            scheduler_factory: Callable[[str, int], Any] | None = None) -> RunResult:
+            scheduler_factory: Callable[[str, int], Any] | None = None, online: bool = False) -> RunResult:
+    """One policy, one seed. ``online``: the policy is never told the target workload (a live
+    scheduler's situation); FGD, and the learned policy's FGD, learn it from the pods they place."""
     make = scheduler_factory or (lambda name, s: Scheduler(bench_policy(name), seed=s))
     scheduler = make(policy_name, seed)
-    return _with_policy_counts(_run(inp, scheduler, seed, on_step), scheduler)
+    return _with_policy_counts(_run(inp, scheduler, seed, on_step, prepare=not online), scheduler)
 
 
-def _run(inp: BenchInput, scheduler: Any, seed: int, on_step: Callable[[int], None] | None) -> RunResult:
+def _run(inp: BenchInput, scheduler: Any, seed: int, on_step: Callable[[int], None] | None, *,
+         prepare: bool = True) -> RunResult:
     if inp.scenario == "openb":
         cap = sum(n.allocatable_resources.gpu for n in inp.nodes) * 1000
         arrivals = openb.inflate_pods(inp.pods, cap, ratio=1.3, seed=seed)
         return run_arrivals(scheduler, inp.nodes, arrivals, workload=inp.pods, scenario="openb", seed=seed,
-                            on_step=on_step)
+                            on_step=on_step, prepare=prepare)
     if inp.scenario == "timeline":
-        return run_timeline(scheduler, inp.nodes, inp.pods, seed=seed, on_step=on_step)
+        return run_timeline(scheduler, inp.nodes, inp.pods, seed=seed, on_step=on_step, prepare=prepare)
     pods = seed_pods(seed)
-    return run_arrivals(scheduler, inp.nodes, pods, workload=pods, scenario=inp.scenario, seed=seed, on_step=on_step)
+    return run_arrivals(scheduler, inp.nodes, pods, workload=pods, scenario=inp.scenario, seed=seed, on_step=on_step,
+                        prepare=prepare)
 
 
 def n_steps(inp: BenchInput, seed: int) -> int:

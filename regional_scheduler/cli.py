@@ -32,6 +32,8 @@ def bench_placement(
     policies: str = typer.Option(",".join(BASELINES), help="comma-separated policy names"),
     seeds: int = typer.Option(10, min=1, help="number of seeds (openb: 42, 43, …; seed-50x200: 0, 1, …)"),
     json_out: Path | None = typer.Option(None, "--json", help="write the results here"),
+    online: bool = typer.Option(False, "--online", help="never tell the policies the target workload, as in a "
+                                "live scheduler: FGD learns it from the pods it places"),
 ) -> None:
     """Place the same workload with every policy and compare GPU allocation, fragmentation and speed."""
     names = [p.strip() for p in policies.split(",") if p.strip()]
@@ -52,11 +54,11 @@ def bench_placement(
             steps = bp.n_steps(inp, seed)
             for name in names:
                 task = progress.add_task(f"{scenario} seed {seed} {name}", total=steps)
-                results[name].append(bp.run_one(inp, name, seed,
+                results[name].append(bp.run_one(inp, name, seed, online=online,
                                                 on_step=lambda i, t=task: progress.update(t, completed=i + 1)))
                 progress.remove_task(task)
     summary = {name: bp.summarize(runs, total_gpus) for name, runs in results.items()}
-    table = Table(title=f"meridian bench placement — {scenario}, {len(seed_list)} seed(s)")
+    table = Table(title=f"meridian bench placement — {scenario}{' (online)' if online else ''}, {len(seed_list)} seed(s)")
     for col in ("policy", "GPU alloc @100%", "unalloc GPUs", "frag GPU %", "fail rate", "CPU alloc %",
                 "frag (gini)", "util var", "p50 ms", "p99 ms", "s/seed"):
         table.add_column(col, justify="right" if col != "policy" else "left")
@@ -73,7 +75,7 @@ def bench_placement(
     if json_out is not None:
         bp.write_json(json_out, {
             "scenario": scenario, "pods": str(pods) if pods else None, "nodes": str(nodes) if nodes else None,
-            "seeds": seed_list, "wall_s": time.perf_counter() - t0, "policies": summary,
+            "seeds": seed_list, "online": online, "wall_s": time.perf_counter() - t0, "policies": summary,
         })
         console.print(f"wrote {json_out}")
 

@@ -26,3 +26,29 @@ def test_unknown_policy_is_rejected() -> None:
     result = CliRunner().invoke(build_app(), ["bench", "placement", "--scenario", "seed-50x200", "--policies", "nope"])
     assert result.exit_code != 0
     assert "unknown placement policy" in result.output
+
+
+def test_online_bench_never_tells_fgd_the_target_workload(tmp_path: Path) -> None:
+    from regional_scheduler import bench_placement as bp
+    from regional_scheduler.framework import Scheduler
+    from regional_scheduler.policies.registry import get_policy
+
+    full = bp.load_input("openb")
+    inp = bp.BenchInput("openb", full.nodes[:150], full.pods)  # ~1,300 arrivals: a quick run
+    made: list = []
+
+    def factory(name: str, seed: int) -> Scheduler:
+        made.append(get_policy(name))
+        return Scheduler(made[-1], seed=seed)
+
+    online = bp.run_one(inp, "fgd", 42, online=True, scheduler_factory=factory)
+    prepared = bp.run_one(inp, "fgd", 42, scheduler_factory=factory)
+    assert made[0].online_rebuilds >= 1 and made[1].online_rebuilds == 0
+    assert online.curve[100]["gpu_alloc_pct"] > 80.0 and prepared.curve[100]["gpu_alloc_pct"] > 80.0
+
+    out = tmp_path / "online.json"
+    result = CliRunner().invoke(build_app(), ["bench", "placement", "--scenario", "seed-50x200", "--seeds", "1",
+                                              "--policies", "fgd", "--online", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "(online)" in result.output
+    assert json.loads(out.read_text())["online"] is True

@@ -79,3 +79,44 @@ def test_unprepared_fgd_learns_its_target_workload_online() -> None:
         state.allocate(pod, decision.placement)
     # Four half-GPU pods pack onto two devices of one node, the fragmentation-minimising choice.
     assert state.gpu_full_free.sum() == 4
+
+
+def _online_fgd_after(shapes: list[Resources]) -> tuple[object, ClusterState]:
+    nodes = [Node(name=f"g{i}", capacity=Resources(milli_cpu=10**7, memory_bytes=10**6 * GIB, gpu=8), gpu_model="T4")
+             for i in range(4)]
+    state = ClusterState.from_nodes(nodes)
+    policy = get_policy("fgd")
+    scheduler = Scheduler(policy)
+    for i, requests in enumerate(shapes):
+        pod = Pod(name=f"p{i}", requests=requests)
+        placement = scheduler.place(state, pod)
+        assert placement is not None
+        state.allocate(pod, placement)
+        state.release(pod, placement)  # keep the cluster empty: only the target workload matters here
+    return policy, state
+
+
+def test_online_fgd_keeps_its_workload_while_the_mix_is_stationary_and_follows_a_shift() -> None:
+    # Rebuilding the online target workload empties FGD's caches (8-10 ms cold passes on a real
+    # cluster), so sampling noise must not trigger it; a real change of the mix must.
+    rng = np.random.default_rng(0)
+    mix = [Resources(milli_cpu=4000, gpu_milli=500), Resources(milli_cpu=8000, gpu=1), Resources(milli_cpu=2000)]
+    stationary = [mix[i] for i in rng.choice(3, size=3000, p=[0.5, 0.3, 0.2])]
+    steady, _ = _online_fgd_after(stationary)
+    assert steady.online_rebuilds <= 10  # of 30 looks at the window (rebuilding at every look: 30)
+
+    shifted, _ = _online_fgd_after(stationary + [Resources(milli_cpu=16000, gpu=2)] * 3000)
+    assert shifted.online_rebuilds > steady.online_rebuilds + 5
+    assert 2 in shifted.workload.gpu_count.tolist()  # the new shape is in the target workload
+
+
+def test_target_workload_distance() -> None:
+    from meridian.fragmentation import TargetWorkload
+
+    a = [Pod(name="a", requests=Resources(milli_cpu=1000))] * 3 + [Pod(name="b", requests=Resources(milli_cpu=2000))]
+    b = [Pod(name="c", requests=Resources(milli_cpu=4000, gpu=1))]
+    wa, wb = TargetWorkload.from_pods(a, ["T4"], popularity=1.0), TargetWorkload.from_pods(b, ["T4"], popularity=1.0)
+    assert wa.distance(wa) == 0.0
+    assert wa.distance(wb) == 1.0
+    half = TargetWorkload.from_pods(a[:1] + a[3:], ["T4"], popularity=1.0)  # 1000: 0.5, 2000: 0.5
+    assert wa.distance(half) == pytest.approx(0.25)
