@@ -3,7 +3,9 @@
 Each pod goes to the node — and, for a shared-GPU pod, the GPU device — that increases the
 cluster's expected GPU fragmentation (:mod:`meridian.fragmentation`) the least. As in the paper's
 simulator (``fgd_score.go``), the node score is ``int(sigmoid(Δ / 1000) · 100)`` with
-``Δ = frag_before − frag_after`` in milli-GPU, ties broken at random.
+``Δ = frag_before − frag_after`` in milli-GPU. The simulator breaks ties at random; the framework
+takes the first node in order, without which the paper's figures are not reproduced
+(:mod:`regional_scheduler.framework`).
 
 Target workload: ``prepare(state, pods)`` gives it (the simulator passes the trace's pod list). A
 live scheduler that was never prepared learns it online from the pods it is asked to place (the
