@@ -81,11 +81,18 @@ class TargetWorkload:
         return 0.5 * sum(abs(mine.get(k, 0.0) - theirs.get(k, 0.0)) for k in mine.keys() | theirs.keys())
 
     def _by_shape(self) -> dict[tuple, float]:
-        return {
-            (int(c), int(g), int(n), a.tobytes()): float(q)
-            for c, g, n, a, q in zip(self.milli_cpu, self.gpu_milli_per_device, self.gpu_count, self.model_access,
-                                     self.probability, strict=True)
-        }
+        return dict(zip(self.type_keys(), self.probability.tolist(), strict=True))
+
+    def type_keys(self) -> list[tuple]:
+        """One hashable key per task type, in row order."""
+        return [(int(c), int(g), int(n), a.tobytes())
+                for c, g, n, a in zip(self.milli_cpu, self.gpu_milli_per_device, self.gpu_count, self.model_access,
+                                      strict=True)]
+
+    def select(self, rows: np.ndarray) -> TargetWorkload:
+        """The task types at ``rows``, their probabilities as they are (not renormalised)."""
+        return TargetWorkload(self.milli_cpu[rows], self.gpu_milli_per_device[rows], self.gpu_count[rows],
+                              self.model_access[rows], self.probability[rows])
 
 
 def node_fragmentation_milli(

@@ -24,13 +24,13 @@ for every shape of the target workload up front.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from meridian.cluster_state import ClusterState
-from meridian.fragmentation import TargetWorkload, node_fragmentation_milli
+from meridian.fragmentation import TargetWorkload, fragment_per_type, node_fragmentation_milli
 from meridian.model import MILLI_GPU_PER_DEVICE, Pod
 from regional_scheduler.policies.base import MAX_NODE_SCORE, Scores
 
@@ -57,34 +57,51 @@ def fragmentation_delta(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Increase of each candidate node's fragmentation (milli-GPU) if ``pod`` lands there, and the
     device that minimises it (-1 where the rule does not choose a device)."""
+    return weigh(workload.probability, *after_per_type(state, pod, nodes, workload), frag_before)
+
+
+def after_per_type(
+    state: ClusterState, pod: Pod, nodes: np.ndarray, workload: TargetWorkload
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Each task type's fragment of each candidate node once ``pod`` is there: ``(T, k)``, or for a
+    shared-GPU pod ``(T, k, D)``, one column per device it could take, with the ``(k, D)`` mask of
+    the devices that can take it."""
     r = pod.requests
     cpu_after = state.free_milli_cpu[nodes] - r.milli_cpu
     left = state.gpu_free_milli[nodes]
     model = state.gpu_model_id[nodes]
     if r.gpu_milli:
-        frag = _shared_gpu_frag_after(workload, cpu_after, left, state.gpu_exists[nodes], model, r.gpu_milli)
-        # The first device within tolerance of the best, so equal devices never tie-break on noise.
-        device = (frag <= frag.min(axis=1, keepdims=True) + DEVICE_TOLERANCE).argmax(axis=1)
-        frag_after = frag[np.arange(nodes.size), device]
-        return _quantise(frag_after - frag_before), device
+        per_type = _shared_gpu_per_type_after(workload, cpu_after, left, model, r.gpu_milli)
+        return per_type, (left >= r.gpu_milli) & state.gpu_exists[nodes]
     if r.gpu:
         idle = (left == MILLI_GPU_PER_DEVICE) & state.gpu_exists[nodes]
         take = idle & (np.cumsum(idle, axis=1) <= r.gpu)
         left = np.where(take, 0, left)
-    frag_after = node_fragmentation_milli(workload, cpu_after, left, model)
-    return _quantise(frag_after - frag_before), np.full(nodes.size, -1)
+    return fragment_per_type(workload, cpu_after, left, model, left.sum(axis=1)), None
+
+
+def weigh(probability: np.ndarray, per_type: np.ndarray, usable: np.ndarray | None,
+          frag_before: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`after_per_type`'s fragments weighted by the target workload: the delta per node and,
+    for a shared-GPU pod, the device that minimises it."""
+    if usable is not None:
+        frag = np.where(usable, np.einsum("t,tkd->kd", probability, per_type), np.inf)
+        # The first device within tolerance of the best, so equal devices never tie-break on noise.
+        device = (frag <= frag.min(axis=1, keepdims=True) + DEVICE_TOLERANCE).argmax(axis=1)
+        frag_after = frag[np.arange(frag.shape[0]), device]
+        return _quantise(frag_after - frag_before), device
+    return _quantise(probability @ per_type - frag_before), np.full(per_type.shape[1], -1)
 
 
 def _quantise(delta: np.ndarray) -> np.ndarray:
     return np.round(delta, DELTA_DECIMALS) + 0.0  # + 0.0 turns -0.0 into 0.0
 
 
-def _shared_gpu_frag_after(
-    workload: TargetWorkload, cpu_after: np.ndarray, left: np.ndarray, exists: np.ndarray, model: np.ndarray,
-    gpu_milli: int,
+def _shared_gpu_per_type_after(
+    workload: TargetWorkload, cpu_after: np.ndarray, left: np.ndarray, model: np.ndarray, gpu_milli: int,
 ) -> np.ndarray:
-    """Fragmentation of each node (k) after taking ``gpu_milli`` from each of its devices (D),
-    ``(k, D)``, +inf where the device cannot take it.
+    """Each type's fragment of each node (k) after taking ``gpu_milli`` from each of its devices (D),
+    ``(T, k, D)``; meaningless where the device cannot take it.
 
     Only device ``j`` changes (``L → L − g``), so each type's count of fitting devices and its sum of
     too-small slices are corrected incrementally: ``(T, k, D)`` work instead of rebuilding ``D``
@@ -106,9 +123,7 @@ def _shared_gpu_frag_after(
         & (n_fit_after >= workload.gpu_count[:, None, None])
         & (need > 0)
     )
-    per_type = np.where(satisfied, too_small_after, total_after[None, :, None])
-    frag = np.einsum("t,tkd->kd", workload.probability, per_type)
-    return np.where((left >= gpu_milli) & exists, frag, np.inf)
+    return np.where(satisfied, too_small_after, total_after[None, :, None])
 
 
 @dataclass
@@ -116,6 +131,12 @@ class _Cache:
     version: np.ndarray
     values: np.ndarray
     devices: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # Online mode only: the unweighted fragments behind ``values`` (``after_per_type``'s, or
+    # ``fragment_per_type``'s for the per-node cache), so that a new target workload re-weights them
+    # instead of recomputing every node; ``pod`` is the shape's representative.
+    per_type: np.ndarray | None = None
+    usable: np.ndarray | None = None
+    pod: Pod | None = None
 
 
 class FgdPolicy:
@@ -152,9 +173,38 @@ class FgdPolicy:
             self._since_refresh = 0
             fresh = TargetWorkload.from_pods(list(self._seen), state.gpu_models)
             if self.workload is None or fresh.distance(self.workload) > ONLINE_DRIFT:
-                self.workload = fresh
+                old, self.workload = self.workload, fresh
                 self.online_rebuilds += 1
-                self._state = None  # cached fragmentation was computed for the old workload
+                if old is not None and self._state is state:
+                    self._reweight(state, old)
+
+    def _reweight(self, state: ClusterState, old: TargetWorkload) -> None:
+        """Re-weight every cached fragment for the new target workload: task types both workloads
+        have keep their rows, new ones are computed for every node (``(new types × nodes)`` work per
+        shape, not the cold pass over all types that emptying the caches would cost)."""
+        assert self.workload is not None and self._frag is not None and self._frag.per_type is not None
+        new = self.workload
+        old_rows = {key: i for i, key in enumerate(old.type_keys())}
+        take = np.array([old_rows.get(key, -1) for key in new.type_keys()])
+        kept, missing = np.flatnonzero(take >= 0), np.flatnonzero(take < 0)
+        added = new.select(missing)
+        every = np.arange(state.n_nodes)
+
+        def rows(previous: np.ndarray, compute_missing: Callable[[], np.ndarray]) -> np.ndarray:
+            out = np.zeros((new.n_types, *previous.shape[1:]))
+            out[kept] = previous[take[kept]]
+            if missing.size:
+                out[missing] = compute_missing()
+            return out
+
+        self._frag.per_type = rows(self._frag.per_type, lambda: fragment_per_type(
+            added, state.free_milli_cpu, state.gpu_free_milli, state.gpu_model_id, state.gpu_free_milli.sum(axis=1)))
+        self._frag.values = new.probability @ self._frag.per_type
+        for cache in self._by_shape.values():
+            assert cache.per_type is not None and cache.pod is not None
+            pod = cache.pod
+            cache.per_type = rows(cache.per_type, lambda pod=pod: after_per_type(state, pod, every, added)[0])
+            cache.values, cache.devices = weigh(new.probability, cache.per_type, cache.usable, self._frag.values)
 
     def _sync(self, state: ClusterState) -> None:
         if self.workload is None:
@@ -163,12 +213,23 @@ class FgdPolicy:
             n = state.n_nodes
             self._state = state
             self._frag = _Cache(np.full(n, -1, dtype=np.int64), np.zeros(n))
+            if self._online:
+                self._frag.per_type = np.zeros((self.workload.n_types, n))
             self._by_shape = {}
         stale = np.flatnonzero(self._frag.version != state.node_version)
         if stale.size:
-            self._frag.values[stale] = node_fragmentation_milli(
-                self.workload, state.free_milli_cpu[stale], state.gpu_free_milli[stale], state.gpu_model_id[stale])
+            cpu, gpu, model = state.free_milli_cpu[stale], state.gpu_free_milli[stale], state.gpu_model_id[stale]
+            if self._frag.per_type is not None:
+                per_type = fragment_per_type(self.workload, cpu, gpu, model, gpu.sum(axis=1))
+                self._frag.per_type[:, stale] = per_type
+                self._frag.values[stale] = self.workload.probability @ per_type
+            else:
+                self._frag.values[stale] = node_fragmentation_milli(self.workload, cpu, gpu, model)
             self._frag.version[stale] = state.node_version[stale]
+
+    @property
+    def _online(self) -> bool:
+        return self._seen is not None
 
     def node_fragmentation(self, state: ClusterState) -> np.ndarray:
         """Current per-node fragmentation in milli-GPU (cached)."""
@@ -186,10 +247,24 @@ class FgdPolicy:
         if cache is None:
             n = state.n_nodes
             cache = _Cache(np.full(n, -1, dtype=np.int64), np.zeros(n), np.full(n, -1, dtype=np.int64))
+            if self._online:
+                devices = state.gpu_free_milli.shape[1]
+                cache.pod = pod
+                cache.per_type = np.zeros((self.workload.n_types, n, devices) if r.gpu_milli else
+                                          (self.workload.n_types, n))
+                cache.usable = np.zeros((n, devices), dtype=bool) if r.gpu_milli else None
             self._by_shape[key] = cache
         stale = nodes[cache.version[nodes] != state.node_version[nodes]]
         if stale.size:
-            d, dev = fragmentation_delta(state, pod, stale, self.workload, self._frag.values[stale])
+            if cache.per_type is not None:
+                per_type, usable = after_per_type(state, pod, stale, self.workload)
+                cache.per_type[:, stale] = per_type
+                if usable is not None:
+                    assert cache.usable is not None
+                    cache.usable[stale] = usable
+                d, dev = weigh(self.workload.probability, per_type, usable, self._frag.values[stale])
+            else:
+                d, dev = fragmentation_delta(state, pod, stale, self.workload, self._frag.values[stale])
             cache.values[stale] = d
             cache.devices[stale] = dev
             cache.version[stale] = state.node_version[stale]

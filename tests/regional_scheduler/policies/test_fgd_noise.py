@@ -44,3 +44,34 @@ def test_noise_sized_deltas_are_quantised_away() -> None:
     assert np.array_equal(fgd._quantise(noisy), [0, 0, 0, 1e-4, -1e-4])
     score = np.floor(fgd._sigmoid(-fgd._quantise(np.array([3.4e-13, -3.4e-13])) / 1000.0) * 100)
     assert list(score) == [50, 50]
+
+
+class _EmptyingFgd(fgd.FgdPolicy):
+    """The old way: a new online target workload empties every cache."""
+
+    def _reweight(self, state: ClusterState, old: object) -> None:
+        self._state = None
+
+
+def test_online_reweighting_decides_exactly_as_emptying_the_caches(monkeypatch) -> None:
+    monkeypatch.setattr(fgd, "ONLINE_DRIFT", -1.0)  # a new estimate at every look: many re-weights
+    nodes = openb.load_nodes()[:200]
+    pod_list = openb.load_pods(openb.openb_dir() / "openb_pod_list_gpushare40.csv")
+    cap = sum(n.allocatable_resources.gpu for n in nodes) * 1000
+    arrivals = openb.inflate_pods(pod_list, cap, ratio=1.3, seed=7)
+
+    def run(policy: fgd.FgdPolicy) -> list[tuple[int, tuple[int, ...]] | None]:
+        state = ClusterState.from_nodes(nodes)
+        scheduler = Scheduler(policy)
+        chosen = []
+        for pod in arrivals:
+            placement = scheduler.place(state, pod)
+            chosen.append(None if placement is None else (placement.node, placement.devices))
+            if placement is not None:
+                state.allocate(pod, placement)
+        return chosen
+
+    reweighting = fgd.FgdPolicy()
+    chosen = run(reweighting)
+    assert reweighting.online_rebuilds >= 10
+    assert chosen == run(_EmptyingFgd())
