@@ -16,12 +16,19 @@ nodes and GPU devices: arrays are ``(T, m)`` or ``(T, m, D)``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from meridian.model import MILLI_GPU_PER_DEVICE, Pod
+
+
+def shape_key(pod: Pod) -> tuple[int, int, int, tuple[str, ...]]:
+    """A pod's task type: milli-CPU, milli-GPU per device, GPU count and allowed GPU models."""
+    r = pod.requests
+    return (r.milli_cpu, r.gpu_milli if r.gpu_milli else (MILLI_GPU_PER_DEVICE if r.gpu else 0),
+            r.gpu or (1 if r.gpu_milli else 0), tuple(sorted(pod.allowed_gpu_models)))
 
 
 @dataclass(frozen=True)
@@ -44,16 +51,19 @@ class TargetWorkload:
         simulator's typical-pods rule with ``podPopularityThreshold: 95``, CPU pods included)."""
         if not pods:
             raise ValueError("a target workload needs at least one pod")
-        shapes = Counter(
-            (p.requests.milli_cpu,
-             p.requests.gpu_milli if p.requests.gpu_milli else (MILLI_GPU_PER_DEVICE if p.requests.gpu else 0),
-             p.requests.gpu or (1 if p.requests.gpu_milli else 0),
-             tuple(sorted(p.allowed_gpu_models)))
-            for p in pods
-        )
+        return cls.from_counts(Counter(shape_key(p) for p in pods), gpu_models, popularity=popularity)
+
+    @classmethod
+    def from_counts(cls, shapes: Mapping[tuple, int], gpu_models: Sequence[str], *,
+                    popularity: float = 0.95) -> TargetWorkload:
+        """:meth:`from_pods` from pod counts per :func:`shape_key` (zero counts are ignored)."""
         total = sum(shapes.values())
+        if total <= 0:
+            raise ValueError("a target workload needs at least one pod")
         chosen, covered = [], 0
         for shape, count in sorted(shapes.items(), key=lambda kv: (-kv[1], kv[0])):
+            if count <= 0:
+                break
             chosen.append((shape, count))
             covered += count
             if covered >= popularity * total:

@@ -23,14 +23,14 @@ for every shape of the target workload up front.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from meridian.cluster_state import ClusterState
-from meridian.fragmentation import TargetWorkload, fragment_per_type, node_fragmentation_milli
+from meridian.fragmentation import TargetWorkload, fragment_per_type, node_fragmentation_milli, shape_key
 from meridian.model import MILLI_GPU_PER_DEVICE, Pod
 from regional_scheduler.policies.base import MAX_NODE_SCORE, Scores
 
@@ -148,6 +148,7 @@ class FgdPolicy:
         self._frag: _Cache | None = None
         self._by_shape: dict[tuple, _Cache] = {}
         self._seen: deque[Pod] | None = None if workload is not None else deque(maxlen=ONLINE_WINDOW)
+        self._window_counts: Counter[tuple] = Counter()  # the window's pods per shape_key, kept as it slides
         self._since_refresh = 0
         self.online_rebuilds = 0  # how often the online target workload replaced the previous one
 
@@ -167,16 +168,35 @@ class FgdPolicy:
         """Online target workload for an unprepared (live) scheduler."""
         if self._seen is None:
             return
+        if len(self._seen) == self._seen.maxlen:
+            evicted = shape_key(self._seen[0])
+            self._window_counts[evicted] -= 1
+            if not self._window_counts[evicted]:
+                del self._window_counts[evicted]
         self._seen.append(pod)
+        self._window_counts[shape_key(pod)] += 1
         self._since_refresh += 1
         if self.workload is None or self._since_refresh >= ONLINE_REFRESH:
             self._since_refresh = 0
-            fresh = TargetWorkload.from_pods(list(self._seen), state.gpu_models)
+            fresh = TargetWorkload.from_counts(self._window_counts, state.gpu_models)
             if self.workload is None or fresh.distance(self.workload) > ONLINE_DRIFT:
                 old, self.workload = self.workload, fresh
                 self.online_rebuilds += 1
                 if old is not None and self._state is state:
                     self._reweight(state, old)
+                self._warm_window_shapes(state)
+
+    def _warm_window_shapes(self, state: ClusterState) -> None:
+        """Fill the cache for every pod shape of the window not cached yet. This decision is slow
+        already (a new estimate), so the cold pass each shape would cost its first decision is
+        taken here instead; decisions do not depend on the cache."""
+        assert self._seen is not None
+        every_node = np.arange(state.n_nodes)
+        cached = self._by_shape if self._state is state else {}
+        shapes = {(p.requests.milli_cpu, p.requests.gpu, p.requests.gpu_milli): p for p in self._seen}
+        for key, pod in shapes.items():
+            if key not in cached:
+                self.delta(state, pod, every_node)
 
     def _reweight(self, state: ClusterState, old: TargetWorkload) -> None:
         """Re-weight every cached fragment for the new target workload: task types both workloads

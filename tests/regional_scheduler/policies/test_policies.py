@@ -109,6 +109,14 @@ def test_online_fgd_keeps_its_workload_while_the_mix_is_stationary_and_follows_a
     assert shifted.online_rebuilds > steady.online_rebuilds + 5
     assert 2 in shifted.workload.gpu_count.tolist()  # the new shape is in the target workload
 
+    # The window's shape counts are kept as it slides; they must equal a recount of the window.
+    from meridian.fragmentation import TargetWorkload
+
+    kept = TargetWorkload.from_counts(shifted._window_counts, ["T4"])
+    recount = TargetWorkload.from_pods(list(shifted._seen), ["T4"])
+    assert len(shifted._seen) == 2000 and sum(shifted._window_counts.values()) == 2000
+    assert kept.distance(recount) == 0.0 and np.array_equal(kept.probability, recount.probability)
+
 
 def test_target_workload_distance() -> None:
     from meridian.fragmentation import TargetWorkload
