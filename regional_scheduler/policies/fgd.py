@@ -24,7 +24,7 @@ for every shape of the target workload up front.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -159,9 +159,8 @@ class FgdPolicy:
         self.workload = TargetWorkload.from_pods(workload, state.gpu_models)
         self._seen = None
         self._state = None
-        shapes = {(p.requests.milli_cpu, p.requests.gpu, p.requests.gpu_milli): p for p in workload}
         every_node = np.arange(state.n_nodes)
-        for pod in shapes.values():
+        for pod in _one_pod_per_cache_key(workload).values():
             self.delta(state, pod, every_node)
 
     def _observe(self, state: ClusterState, pod: Pod) -> None:
@@ -193,8 +192,7 @@ class FgdPolicy:
         assert self._seen is not None
         every_node = np.arange(state.n_nodes)
         cached = self._by_shape if self._state is state else {}
-        shapes = {(p.requests.milli_cpu, p.requests.gpu, p.requests.gpu_milli): p for p in self._seen}
-        for key, pod in shapes.items():
+        for key, pod in _one_pod_per_cache_key(self._seen).items():
             if key not in cached:
                 self.delta(state, pod, every_node)
 
@@ -262,7 +260,7 @@ class FgdPolicy:
         self._sync(state)
         assert self._frag is not None and self.workload is not None
         r = pod.requests
-        key = (r.milli_cpu, r.gpu, r.gpu_milli)
+        key = _cache_key(pod)
         cache = self._by_shape.get(key)
         if cache is None:
             n = state.n_nodes
@@ -295,6 +293,16 @@ class FgdPolicy:
         delta, device = self.delta(state, pod, nodes)
         score = np.floor(_sigmoid(-delta / 1000.0) * MAX_NODE_SCORE)
         return Scores(score, device)
+
+
+def _cache_key(pod: Pod) -> tuple[int, int, int]:
+    """What a node's delta depends on besides the node: the pod's CPU and GPU request."""
+    r = pod.requests
+    return r.milli_cpu, r.gpu, r.gpu_milli
+
+
+def _one_pod_per_cache_key(pods: Iterable[Pod]) -> dict[tuple[int, int, int], Pod]:
+    return {_cache_key(p): p for p in pods}
 
 
 def new() -> FgdPolicy:
