@@ -15,6 +15,7 @@ nodes and GPU devices: arrays are ``(T, m)`` or ``(T, m, D)``.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -86,9 +87,12 @@ class TargetWorkload:
         )
 
     def distance(self, other: TargetWorkload) -> float:
-        """Total-variation distance between the two shape distributions (0 = same, 1 = disjoint)."""
+        """Total-variation distance between the two shape distributions (0 = same, 1 = disjoint).
+
+        Exactly rounded (``math.fsum``): a plain sum over the key set depends on the set's order,
+        i.e. on the process's hash seed, and online FGD compares this value with a threshold."""
         mine, theirs = self._by_shape(), other._by_shape()
-        return 0.5 * sum(abs(mine.get(k, 0.0) - theirs.get(k, 0.0)) for k in mine.keys() | theirs.keys())
+        return 0.5 * math.fsum(abs(mine.get(k, 0.0) - theirs.get(k, 0.0)) for k in mine.keys() | theirs.keys())
 
     def _by_shape(self) -> dict[tuple, float]:
         return dict(zip(self.type_keys(), self.probability.tolist(), strict=True))

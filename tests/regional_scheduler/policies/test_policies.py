@@ -128,3 +128,32 @@ def test_target_workload_distance() -> None:
     assert wa.distance(wb) == 1.0
     half = TargetWorkload.from_pods(a[:1] + a[3:], ["T4"], popularity=1.0)  # 1000: 0.5, 2000: 0.5
     assert wa.distance(half) == pytest.approx(0.25)
+
+
+def test_target_workload_distance_does_not_depend_on_the_hash_seed() -> None:
+    # Online FGD compares the distance with a threshold; a plain float sum over a set of keys (which
+    # hold bytes, so their order follows PYTHONHASHSEED) changed its result, and one run in eight
+    # took a different number of new estimates on gpuspec25.
+    import os
+    import subprocess
+    import sys
+
+    script = """
+import numpy as np
+from meridian.fragmentation import TargetWorkload
+from meridian.model import Pod, Resources
+rng = np.random.default_rng(1)
+models = ["A", "B", "C", "D"]
+def pods(n):
+    return [Pod(name=f"p{i}", requests=Resources(milli_cpu=int(rng.integers(1, 40)) * 500, gpu=int(rng.integers(0, 3))),
+                allowed_gpu_models=tuple(rng.choice(models, size=int(rng.integers(0, 3)), replace=False)))
+            for i in range(n)]
+print(repr(TargetWorkload.from_pods(pods(3000), models, popularity=1.0).distance(
+    TargetWorkload.from_pods(pods(3000), models, popularity=1.0))))
+"""
+    results = {
+        subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                       env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout.strip()
+        for seed in range(6)
+    }
+    assert len(results) == 1, results
