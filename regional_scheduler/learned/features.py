@@ -135,6 +135,7 @@ class FeatureBuilder:
     def __init__(self) -> None:
         self.fgd = FgdPolicy()
         self._pressure: np.ndarray | None = None
+        self._pressure_estimate = -1  # unprepared: FGD's online estimate the pressure was computed for
         self._cache: _NodeCache | None = None
 
     def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
@@ -143,6 +144,13 @@ class FeatureBuilder:
         self._cache = None
 
     def _refresh(self, state: ClusterState) -> _NodeCache:
+        window = self.fgd.online_window
+        if window is not None and self.fgd.online_rebuilds != self._pressure_estimate:
+            # Unprepared (a live scheduler): the scarcity column follows FGD's window of recent pods,
+            # recomputed when FGD takes a new estimate from it (a decision that is slow already).
+            self._pressure = model_pressure(state, window)
+            self._pressure_estimate = self.fgd.online_rebuilds
+            self._cache = None
         cache = self._cache
         if cache is None or cache.state is not state or cache.version.size != state.n_nodes:
             cache = self._cache = _NodeCache(state)
@@ -181,7 +189,6 @@ class FeatureBuilder:
         out[:, _B + 6] = (state.req_milli_cpu[nodes] == 0) & (gpu_free_total == gpu_cap)
         pressure = self._pressure
         if pressure is not None and pressure.size == len(state.gpu_models) + 1:
-            # (unprepared, live scheduler: no target workload to read, the column stays 0)
             out[:, _B + 14] = pressure[state.gpu_model_id[nodes]]
         cache.static[nodes] = out
 

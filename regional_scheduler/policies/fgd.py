@@ -249,6 +249,11 @@ class FgdPolicy:
     def _online(self) -> bool:
         return self._seen is not None
 
+    @property
+    def online_window(self) -> Sequence[Pod] | None:
+        """The recent pods the online target workload is estimated from; None once prepared."""
+        return self._seen
+
     def node_fragmentation(self, state: ClusterState) -> np.ndarray:
         """Current per-node fragmentation in milli-GPU (cached)."""
         self._sync(state)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from meridian.cluster_state import ClusterState
-from meridian.model import Node, Pod
+from meridian.model import GIB, Node, Pod, Resources
 from regional_scheduler.framework import Scheduler
 from regional_scheduler.learned import policy as policy_module
 from regional_scheduler.learned.features import FEATURE_LAYOUT, N_NODE, N_POD, FeatureBuilder
@@ -198,3 +198,22 @@ def test_an_unprepared_scheduler_serves_the_profile_of_its_cluster(monkeypatch) 
     prepared_profile, prepared = nodes_chosen(prepare=True)
     assert live_profile == prepared_profile == "cpu"
     assert live == prepared
+
+
+def test_an_unprepared_feature_builder_reads_gpu_model_scarcity_from_recent_pods(small_gpu_cluster) -> None:
+    """Live, the scarcity column (``model_pressure``) comes from FGD's window of recent pods, as it
+    comes from the whole workload when prepared: P100 pods make the P100 node scarce."""
+    from regional_scheduler.learned.features import IDX, model_pressure
+
+    state = ClusterState.from_nodes(small_gpu_cluster)
+    builder = FeatureBuilder()
+    p100 = Pod(name="p100", requests=Resources(milli_cpu=1000, memory_bytes=GIB, gpu=1), allowed_gpu_models=("P100",))
+    nodes = np.arange(state.n_nodes)
+    for _ in range(3):
+        builder.fgd.score(state, p100, nodes)  # the scheduler scores (and so observes) each pod first
+        features, _ = builder.node_features(state, p100, nodes)
+    column = features[:, IDX["model_pressure"]]
+    on_p100 = np.array([n.gpu_model == "P100" for n in small_gpu_cluster])
+    assert np.all(column[on_p100] > 0) and np.all(column[~on_p100] == 0)
+    expected = model_pressure(state, [p100] * 3)
+    assert column[on_p100][0] == pytest.approx(expected[state.gpu_models.index("P100")])
