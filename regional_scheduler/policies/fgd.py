@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from meridian.cluster_state import ClusterState
-from meridian.fragmentation import TargetWorkload, fragment_per_type, node_fragmentation_milli, shape_key
+from meridian.fragmentation import TargetWorkload, fragment_per_type, shape_key
 from meridian.model import MILLI_GPU_PER_DEVICE, Pod
 from regional_scheduler.policies.base import MAX_NODE_SCORE, Scores
 
@@ -50,14 +50,6 @@ DEVICE_TOLERANCE = 1e-6
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
-
-
-def fragmentation_delta(
-    state: ClusterState, pod: Pod, nodes: np.ndarray, workload: TargetWorkload, frag_before: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Increase of each candidate node's fragmentation (milli-GPU) if ``pod`` lands there, and the
-    device that minimises it (-1 where the rule does not choose a device)."""
-    return weigh(workload.probability, *after_per_type(state, pod, nodes, workload), frag_before)
 
 
 def after_per_type(
@@ -236,13 +228,12 @@ class FgdPolicy:
             self._by_shape = {}
         stale = np.flatnonzero(self._frag.version != state.node_version)
         if stale.size:
-            cpu, gpu, model = state.free_milli_cpu[stale], state.gpu_free_milli[stale], state.gpu_model_id[stale]
+            gpu = state.gpu_free_milli[stale]
+            per_type = fragment_per_type(self.workload, state.free_milli_cpu[stale], gpu, state.gpu_model_id[stale],
+                                         gpu.sum(axis=1))
             if self._frag.per_type is not None:
-                per_type = fragment_per_type(self.workload, cpu, gpu, model, gpu.sum(axis=1))
                 self._frag.per_type[:, stale] = per_type
-                self._frag.values[stale] = self.workload.probability @ per_type
-            else:
-                self._frag.values[stale] = node_fragmentation_milli(self.workload, cpu, gpu, model)
+            self._frag.values[stale] = self.workload.probability @ per_type
             self._frag.version[stale] = state.node_version[stale]
 
     @property
@@ -279,15 +270,13 @@ class FgdPolicy:
             self._by_shape[key] = cache
         stale = nodes[cache.version[nodes] != state.node_version[nodes]]
         if stale.size:
-            if cache.per_type is not None:
-                per_type, usable = after_per_type(state, pod, stale, self.workload)
+            per_type, usable = after_per_type(state, pod, stale, self.workload)
+            if cache.per_type is not None:  # online: kept for re-weighting
                 cache.per_type[:, stale] = per_type
                 if usable is not None:
                     assert cache.usable is not None
                     cache.usable[stale] = usable
-                d, dev = weigh(self.workload.probability, per_type, usable, self._frag.values[stale])
-            else:
-                d, dev = fragmentation_delta(state, pod, stale, self.workload, self._frag.values[stale])
+            d, dev = weigh(self.workload.probability, per_type, usable, self._frag.values[stale])
             cache.values[stale] = d
             cache.devices[stale] = dev
             cache.version[stale] = state.node_version[stale]
