@@ -7,8 +7,10 @@ deltas were quantised, a node whose true delta is 0 scored 50 or 49 depending on
 """
 
 import numpy as np
+import pytest
 
 from meridian.cluster_state import ClusterState
+from meridian.fragmentation import TargetWorkload
 from meridian.traces import openb
 from regional_scheduler.filters import run_filters
 from regional_scheduler.framework import Scheduler
@@ -49,14 +51,16 @@ def test_noise_sized_deltas_are_quantised_away() -> None:
 class _EmptyingFgd(fgd.FgdPolicy):
     """The old way: a new online target workload empties every cache."""
 
-    def _reweight(self, state: ClusterState, old: object) -> None:
+    def _reweight(self, state: ClusterState) -> None:
         self._state = None
 
 
-def test_online_reweighting_decides_exactly_as_emptying_the_caches(monkeypatch) -> None:
+@pytest.mark.parametrize("pod_list_name", ["gpushare40", "gpuspec25"])
+def test_online_reweighting_decides_exactly_as_emptying_the_caches(monkeypatch, pod_list_name: str) -> None:
+    """``gpuspec25``: pods constrained to GPU models, some of which these 200 nodes lack."""
     monkeypatch.setattr(fgd, "ONLINE_DRIFT", -1.0)  # a new estimate at every look: many re-weights
     nodes = openb.load_nodes()[:200]
-    pod_list = openb.load_pods(openb.openb_dir() / "openb_pod_list_gpushare40.csv")
+    pod_list = openb.load_pods(openb.openb_dir() / f"openb_pod_list_{pod_list_name}.csv")
     cap = sum(n.allocatable_resources.gpu for n in nodes) * 1000
     arrivals = openb.inflate_pods(pod_list, cap, ratio=1.3, seed=7)
 
@@ -75,3 +79,28 @@ def test_online_reweighting_decides_exactly_as_emptying_the_caches(monkeypatch) 
     chosen = run(reweighting)
     assert reweighting.online_rebuilds >= 10
     assert chosen == run(_EmptyingFgd())
+
+
+def _workload(shapes: dict[tuple, int]) -> TargetWorkload:
+    return TargetWorkload.from_counts(shapes, ["A100", "V100"])
+
+
+def test_rows_keep_a_type_in_its_row_and_reuse_freed_rows() -> None:
+    rows = fgd._Rows()
+    rows.assign(_workload({(1000, 0, 0, ()): 3, (2000, 0, 0, ()): 1}))
+    assert list(rows.of_type) == [0, 1] and list(rows.assigned) == [1, 1]
+    # (1000, …) stays in row 0, (2000, …) leaves row 1, and the newcomer takes it.
+    rows.assign(_workload({(1000, 0, 0, ()): 1, (4000, 0, 0, ()): 3}))
+    assert list(rows.of_type) == [1, 0] and list(rows.assigned) == [1, 2]
+    assert list(rows.new_since(1)) == [0] and rows.capacity == 2
+    np.testing.assert_allclose(rows.weight, [0.25, 0.75])
+    rows.assign(_workload({(1000, 0, 0, ()): 1, (4000, 0, 0, ()): 1, (8000, 0, 0, ()): 2}))
+    assert rows.capacity == 3 and list(rows.new_since(2)) == [0]  # the largest count comes first
+
+
+def test_rows_sum_the_weights_of_shapes_that_are_one_type() -> None:
+    rows = fgd._Rows()
+    # Neither model is in the cluster: both shapes have no access anywhere, i.e. one task type.
+    rows.assign(_workload({(1000, 1000, 1, ("H100",)): 1, (1000, 1000, 1, ("T4",)): 1, (500, 0, 0, ()): 2}))
+    assert rows.capacity == 2
+    np.testing.assert_allclose(sorted(rows.weight), [0.5, 0.5])
