@@ -95,7 +95,12 @@ class TargetWorkload:
         return 0.5 * math.fsum(abs(mine.get(k, 0.0) - theirs.get(k, 0.0)) for k in mine.keys() | theirs.keys())
 
     def _by_shape(self) -> dict[tuple, float]:
-        return dict(zip(self.type_keys(), self.probability.tolist(), strict=True))
+        # Shapes asking for different GPU models the cluster lacks are one type (no access anywhere):
+        # their probabilities add up, or the distance would miss one of them.
+        out: dict[tuple, float] = {}
+        for key, p in zip(self.type_keys(), self.probability.tolist(), strict=True):
+            out[key] = out.get(key, 0.0) + p
+        return out
 
     def type_keys(self) -> list[tuple]:
         """One hashable key per task type, in row order."""

@@ -130,6 +130,19 @@ def test_target_workload_distance() -> None:
     assert wa.distance(half) == pytest.approx(0.25)
 
 
+def test_target_workload_distance_adds_shapes_that_are_one_type() -> None:
+    from meridian.fragmentation import TargetWorkload
+
+    def gpu_pod(model: str) -> Pod:
+        return Pod(name=model, requests=Resources(milli_cpu=1000, gpu=1), allowed_gpu_models=[model])
+
+    # Neither H100 nor A10 is in the cluster, so both pods are one type with no access anywhere.
+    split = TargetWorkload.from_pods([gpu_pod("H100"), gpu_pod("A10")], ["T4"], popularity=1.0)
+    single = TargetWorkload.from_pods([gpu_pod("H100")], ["T4"], popularity=1.0)
+    assert split.n_types == 2
+    assert split.distance(single) == 0.0  # was 0.25: one row's half was dropped
+
+
 def test_target_workload_distance_does_not_depend_on_the_hash_seed() -> None:
     # Online FGD compares the distance with a threshold; a plain float sum over a set of keys (which
     # hold bytes, so their order follows PYTHONHASHSEED) changed its result, and one run in eight
