@@ -11,9 +11,10 @@ Target workload: ``prepare(state, pods)`` gives it (the simulator passes the tra
 live scheduler that was never prepared learns it online from the pods it is asked to place (the
 last ``ONLINE_WINDOW`` shapes, looked at every ``ONLINE_REFRESH`` pods), so FGD works from the first
 pod on a real cluster too. A new estimate replaces the old one only when the shape distribution has
-moved by more than ``ONLINE_DRIFT`` (total variation): replacing it empties every cache, and the cold
-passes that follow cost 8–10 ms a decision on 1,213 nodes, while two samples of one stationary stream
-differ by sampling noise alone.
+moved by more than ``ONLINE_DRIFT`` (total variation), since two samples of one stationary stream
+differ by sampling noise alone. Replacing it re-weights the cached per-type fragments (types new to
+the estimate are computed for every node), which decides exactly as emptying every cache would, at a
+fraction of the cold passes' cost.
 
 Speed: fragmentation only changes on the node a pod lands on, so scores are cached per pod
 shape and node and recomputed only for nodes whose ``node_version`` moved since (a placement
