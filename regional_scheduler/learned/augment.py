@@ -95,6 +95,53 @@ def augmented_pod_list(pods: Sequence[Pod], nodes: Sequence[Node], seed: int, *,
     return constrain_gpu_models(pods, nodes, share=share, rng=rng, preference=preference), share
 
 
+# Session 8: the allowed-model sets of the model-constrained pods of openb_pod_list_gpuspec33.csv, per pod
+# class, and the share of each class's GPU pods that carry one (count: 0.287 shared, 0.377 one-GPU, 0.373
+# multi-GPU, 0.338 over all). Counted from that held-out list's request and gpu_spec columns only, as
+# DEFAULT_MIX was from default's; no policy result went into them. Unlike the node-list draw above, about
+# half of the sets are T4 alone (14 % of the cluster's GPUs) and shared-GPU pods ask only for T4 or P100.
+SPEC_MODEL_SETS: dict[str, dict[tuple[str, ...], int]] = {
+    "gpu_share": {("T4",): 593, ("P100",): 278, ("G2", "P100", "T4", "V100M16", "V100M32"): 13},
+    "gpu_one": {("T4",): 698, ("G2",): 321, ("V100M16", "V100M32"): 156, ("P100", "V100M16", "V100M32"): 102,
+                ("G3",): 80, ("P100", "T4", "V100M16", "V100M32"): 33, ("G2", "P100", "T4", "V100M16", "V100M32"): 26,
+                ("A10", "G2", "T4", "V100M16", "V100M32"): 24, ("V100M32",): 18, ("A10", "T4"): 6,
+                ("P100", "V100M16"): 4, ("A10", "G2", "P100", "T4", "V100M16", "V100M32"): 3, ("V100M16",): 3,
+                ("P100",): 1, ("T4", "V100M16", "V100M32"): 1},
+    "gpu_multi": {("G2",): 10, ("V100M16", "V100M32"): 7, ("G3",): 6, ("T4", "V100M16", "V100M32"): 2,
+                  ("V100M32",): 2, ("P100", "V100M16", "V100M32"): 1},
+}
+SPEC_CLASS_RATE = {"gpu_share": 0.287 / 0.338, "gpu_one": 0.377 / 0.338, "gpu_multi": 0.373 / 0.338}
+
+
+def spec_like_pod_list(pods: Sequence[Pod], nodes: Sequence[Node], seed: int, share: float) -> list[Pod]:
+    """``pods`` with about ``share`` of the GPU pods constrained the way the ``gpuspec`` lists are: each
+    class's pods at :data:`SPEC_CLASS_RATE` times ``share``, each set drawn from that class's
+    :data:`SPEC_MODEL_SETS` among the sets with a node that can hold the pod. Deterministic for a seed."""
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"share must be in [0, 1], got {share}")
+    rng = np.random.default_rng([seed, 0x5EC])
+    capacity = model_capacity(nodes)
+    out = list(pods)
+    for i, pod in enumerate(out):
+        if pod.requests.gpu_milli_total <= 0 or pod.allowed_gpu_models:
+            continue
+        kind = pod_class(pod)
+        if rng.random() >= share * SPEC_CLASS_RATE[kind]:
+            continue
+        sets = [m for m in SPEC_MODEL_SETS[kind]
+                if any(capacity.get(x, (0, 0))[1] >= max(pod.requests.gpu, 1) for x in m)]
+        if sets:
+            weight = np.array([SPEC_MODEL_SETS[kind][m] for m in sets], dtype=float)
+            out[i] = pod.model_copy(update={"allowed_gpu_models": sets[rng.choice(len(sets), p=weight / weight.sum())]})
+    return out
+
+
+def constrained_share(pods: Sequence[Pod]) -> float:
+    """The share of the GPU pods that carry an allowed-model set (0 without GPU pods)."""
+    gpu = [p for p in pods if p.requests.gpu_milli_total > 0]
+    return sum(bool(p.allowed_gpu_models) for p in gpu) / len(gpu) if gpu else 0.0
+
+
 # The openb pod lists the `gpu` profile trains on (the checkpoints README's split); the other nine are held out.
 TRAINING_LISTS = ("cpu0", "cpu037", "cpu050", "cpu072", "cpu100", "cpu200", "cpu235", "cpu250", "cpu300",
                   "gpushare20", "gpushare40", "gpushare80", "gpushare100")
