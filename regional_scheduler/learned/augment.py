@@ -136,12 +136,6 @@ def spec_like_pod_list(pods: Sequence[Pod], nodes: Sequence[Node], seed: int, sh
     return out
 
 
-def constrained_share(pods: Sequence[Pod]) -> float:
-    """The share of the GPU pods that carry an allowed-model set (0 without GPU pods)."""
-    gpu = [p for p in pods if p.requests.gpu_milli_total > 0]
-    return sum(bool(p.allowed_gpu_models) for p in gpu) / len(gpu) if gpu else 0.0
-
-
 # The openb pod lists the `gpu` profile trains on (the checkpoints README's split); the other nine are held out.
 TRAINING_LISTS = ("cpu0", "cpu037", "cpu050", "cpu072", "cpu100", "cpu200", "cpu235", "cpu250", "cpu300",
                   "gpushare20", "gpushare40", "gpushare80", "gpushare100")

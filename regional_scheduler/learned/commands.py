@@ -334,6 +334,8 @@ def explain_command(
     console.print(f"pod {pod.name}: {r.milli_cpu} mCPU, {r.memory_bytes // 2**20} MiB, "
                   f"{r.gpu} GPU(s), {r.gpu_milli} milli-GPU share; profile {result.profile}; "
                   f"{result.n_feasible}/{result.n_nodes} nodes feasible")
+    if result.gate is not None:
+        console.print(f"gate: {result.gate}")
     if result.chosen is None:
         console.print("no node fits: " + ", ".join(f"{n} {k}" for k, n in result.rejected_by.items() if n))
     table = Table(title=f"why {result.chosen}")

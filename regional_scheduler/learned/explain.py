@@ -42,11 +42,13 @@ class PlacementExplanation:
     rejected_by: dict[str, int]
     chosen: str | None
     nodes: list[NodeExplanation]
+    # Set when the profile's ``gate_share`` leaves this workload to FGD: no correction to attribute.
+    gate: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "pod": self.pod, "profile": self.profile, "n_nodes": self.n_nodes, "n_feasible": self.n_feasible,
-            "rejected_by": self.rejected_by, "chosen": self.chosen,
+            "rejected_by": self.rejected_by, "chosen": self.chosen, "gate": self.gate,
             "nodes": [{"node": n.node, "score": n.score, "rank": n.rank, "fgd_score": n.fgd_score,
                        "top_features": [{"feature": f, "value": v, "attribution": a} for f, v, a in n.top_features]}
                       for n in self.nodes],
@@ -69,6 +71,13 @@ def explain(scorer: LearnedScorer, state: ClusterState, pod: Pod, *, top: int = 
     # the gradients of the correction g.
     fgd = scorer.features.fgd.score(state, pod, nodes).scores
     served = scorer.score(state, pod, nodes).scores
+    if scorer.gated:
+        base.gate = (f"{scorer.constrained_share:.0%} of the workload's GPU pods are GPU-model-constrained, at or "
+                     f"above the profile's gate_share {net.gate_share:.0%}: FGD places every pod, with no correction")
+        for rank, i in enumerate(np.argsort(-served, kind="stable")[:top]):
+            base.nodes.append(NodeExplanation(state.names[int(nodes[i])], float(served[i]), rank + 1, float(fgd[i])))
+        base.chosen = base.nodes[0].node
+        return base
     near = near_best(fgd, net.residual_bound)
     x = torch.from_numpy(x_np).requires_grad_(True)
     context = net.pooled(x.detach()[torch.from_numpy(near)])

@@ -99,6 +99,12 @@ def model_pressure(state: ClusterState, workload: Sequence[Pod]) -> np.ndarray:
     return np.minimum(out, MAX_MODEL_PRESSURE)
 
 
+def constrained_share(pods: Sequence[Pod]) -> float:
+    """The share of the GPU pods that carry an allowed-GPU-model set (0 without GPU pods)."""
+    gpu = [p for p in pods if p.requests.gpu_milli_total > 0]
+    return sum(bool(p.allowed_gpu_models) for p in gpu) / len(gpu) if gpu else 0.0
+
+
 def _frac(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return np.where(den > 0, num / np.maximum(den, 1), 0.0)
 

@@ -41,6 +41,12 @@ its CPU strands, FGD's fragmentation delta scores that coarsely (most nodes tie)
 the correction's gains were found on the validation split; re-ordering the GPU pods' ties added
 nothing on average there and caused most of the runs behind FGD (``docs/bench-learned.md`` §0g).
 
+With ``gate_share`` (a hyper-parameter, session 8), the whole workload is left to FGD when the share
+of its GPU pods that carry a GPU-model constraint is at least ``gate_share``. Serving applies it
+(:class:`~regional_scheduler.learned.serving.LearnedScorer`), from the target workload or, unprepared,
+FGD's window of recent pods. On a validation split constrained like the ``gpuspec`` lists, the
+correction lost to FGD on all seven runs with a share ≥ 0.25 (``docs/bench-learned.md`` §0j).
+
 The MLP is shared across nodes, so the network is independent of the cluster's size and of the
 node order; the linear *heuristic head* ``w_lin`` reads the baselines' scores directly, which makes
 imitation of a heuristic easy and gives policy search a small, well-conditioned subspace to tune.
@@ -121,11 +127,15 @@ class PlacementNet(nn.Module):
     def __init__(self, n_node: int = N_NODE, n_pod: int = N_POD, hidden: int = 32,
                  feature_mean: np.ndarray | None = None, feature_std: np.ndarray | None = None,
                  residual_bound: float = DEFAULT_RESIDUAL_BOUND, gate_unused: bool = False,
-                 gate_constrained: bool = False, gate_gpu_pods: bool = False) -> None:
+                 gate_constrained: bool = False, gate_gpu_pods: bool = False,
+                 gate_share: float | None = None) -> None:
         super().__init__()
         self.gate_unused = bool(gate_unused)
         self.gate_constrained = bool(gate_constrained)
         self.gate_gpu_pods = bool(gate_gpu_pods)
+        if gate_share is not None and not 0.0 < gate_share <= 1.0:
+            raise ValueError(f"gate_share must be in (0, 1] or None, got {gate_share}")
+        self.gate_share = None if gate_share is None else float(gate_share)
         if not residual_bound > 0:
             raise ValueError(f"residual_bound must be > 0, got {residual_bound}")
         self.n_node, self.n_pod, self.hidden = n_node, n_pod, hidden
@@ -226,10 +236,11 @@ class PlacementNet(nn.Module):
                     at += p.numel()
 
     # ------------------------------------------------------------------ checkpoints
-    def hyper_parameters(self) -> dict[str, float]:
+    def hyper_parameters(self) -> dict[str, float | None]:
         return {"n_node": self.n_node, "n_pod": self.n_pod, "hidden": self.hidden,
                 "residual_bound": self.residual_bound, "gate_unused": self.gate_unused,
-                "gate_constrained": self.gate_constrained, "gate_gpu_pods": self.gate_gpu_pods}
+                "gate_constrained": self.gate_constrained, "gate_gpu_pods": self.gate_gpu_pods,
+                "gate_share": self.gate_share}
 
     def zero_correction(self) -> None:
         """``g ≡ 0``: the residual policy becomes FGD exactly (the search's starting point)."""
@@ -286,7 +297,8 @@ def load_checkpoint(path: Path | str) -> tuple[dict[str, PlacementNet], dict[str
         net = PlacementNet(n_node=int(hp["n_node"]), n_pod=int(hp["n_pod"]), hidden=int(hp["hidden"]),
                            residual_bound=float(hp["residual_bound"]), gate_unused=bool(hp.get("gate_unused", False)),
                            gate_constrained=bool(hp.get("gate_constrained", False)),
-                           gate_gpu_pods=bool(hp.get("gate_gpu_pods", False)))
+                           gate_gpu_pods=bool(hp.get("gate_gpu_pods", False)),
+                           gate_share=None if hp.get("gate_share") is None else float(hp["gate_share"]))
         try:
             net.load_state_dict(entry["state_dict"])
         except RuntimeError as exc:

@@ -51,11 +51,11 @@ from regional_scheduler.learned.augment import (
     DEFAULT_MIX,
     TRAINING_LISTS,
     augmented_pod_list,
-    constrained_share,
     pods_by_class,
     resampled_pod_list,
     spec_like_pod_list,
 )
+from regional_scheduler.learned.features import constrained_share
 
 LISTS = ("cpu050", "gpushare40", "cpu200", "gpushare80", "cpu0", "cpu300", "gpushare20", "cpu100",
          "cpu037", "gpushare100")

@@ -65,3 +65,32 @@ def test_training_and_validation_lists_exclude_every_held_out_list() -> None:
     held_out = {n for n in names if n == "default" or n.startswith(("gpuspec", "multigpu"))}
     assert len(held_out) == 9 and set(TRAINING_LISTS) | held_out == names
     assert not held_out & (set(TRAINING_LISTS) | set(LISTS)) and set(LISTS) <= set(TRAINING_LISTS)
+
+
+def test_spec_like_lists_are_constrained_like_gpuspec33() -> None:
+    from meridian.traces import openb
+    from regional_scheduler.learned.augment import SPEC_MODEL_SETS, spec_like_pod_list
+    from regional_scheduler.learned.features import constrained_share
+
+    nodes = openb.load_nodes()
+    pods = openb.load_pods(openb.openb_dir() / "openb_pod_list_cpu0.csv")
+    out = spec_like_pod_list(pods, nodes, 6_000_000, 0.30)
+    assert out == spec_like_pod_list(pods, nodes, 6_000_000, 0.30)
+    assert out != spec_like_pod_list(pods, nodes, 6_000_001, 0.30)
+    assert constrained_share(pods) == 0.0 and constrained_share(out) == pytest.approx(0.30, abs=0.03)
+    changed = [(a, b) for a, b in zip(pods, out, strict=True) if a != b]
+    assert changed and all(a.requests == b.requests and a.requests.gpu_milli_total > 0 for a, b in changed)
+    assert all(b.allowed_gpu_models in SPEC_MODEL_SETS[pod_class(b)] for _, b in changed)
+    t4 = sum(b.allowed_gpu_models == ("T4",) for _, b in changed) / len(changed)
+    assert 0.4 < t4 < 0.65  # about half, as in gpuspec33 (0.54)
+    with pytest.raises(ValueError, match="share"):
+        spec_like_pod_list(pods, nodes, 1, 1.5)
+
+
+def test_spec_split_gives_every_list_a_low_and_a_high_share() -> None:
+    from regional_scheduler.learned.validation import LISTS, spec_share
+
+    for j in range(len(LISTS)):
+        assert {spec_share(j, 0), spec_share(j, 1)} <= {round(0.05 + 0.30 * i / 9, 4) for i in range(10)}
+        assert spec_share(j, 0) + spec_share(j, 1) == pytest.approx(0.40)
+    assert spec_share(0, 0) == 0.05 and spec_share(9, 0) == 0.35
