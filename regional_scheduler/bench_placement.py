@@ -58,6 +58,9 @@ def _with_policy_counts(result: RunResult, scheduler: Any) -> RunResult:
     if hasattr(policy, "over_budget"):
         result.final["over_budget_decisions"] = float(policy.over_budget)
         result.final["fallback_decisions"] = float(sum(policy.fallback_count.values()))
+        scorer = getattr(policy, "scorer", None)
+        if scorer is not None:  # gate_share: the workload was left to FGD at the run's end
+            result.final["gated_to_fgd"] = float(scorer.gated)
     return result
 
 
@@ -125,6 +128,8 @@ def summarize(results: Sequence[RunResult], total_gpus: int) -> dict[str, Any]:
         # (the benchmark does not enforce the budget, so fallbacks are errors or a missing checkpoint).
         "over_budget_decisions": _sum([r.final.get("over_budget_decisions") for r in results]),
         "fallback_decisions": _sum([r.final.get("fallback_decisions") for r in results]),
+        # learned only: seeds whose workload its gpu profile's gate_share left to FGD (at the run's end)
+        "gated_to_fgd_seeds": _sum([r.final.get("gated_to_fgd") for r in results]),
         "per_seed_gpu_alloc_pct_at_100": [c["gpu_alloc_pct"] if c else None for c in at100],
     }
 

@@ -72,6 +72,9 @@ def bench_placement(
         if s.get("over_budget_decisions") is not None:  # the learned policy: budget counted, not enforced
             console.print(f"{name}: {s['over_budget_decisions']:.0f} decision(s) over the serving budget "
                           f"(serving would have used FGD's), {s['fallback_decisions']:.0f} fallback(s)")
+        if s.get("gated_to_fgd_seeds"):
+            console.print(f"{name}: on {s['gated_to_fgd_seeds']:.0f} of {len(s['seeds'])} seed(s) the workload's "
+                          "GPU-model-constrained share reached the profile's gate_share, so FGD placed every pod")
     if json_out is not None:
         bp.write_json(json_out, {
             "scenario": scenario, "pods": str(pods) if pods else None, "nodes": str(nodes) if nodes else None,

@@ -52,3 +52,18 @@ def test_online_bench_never_tells_fgd_the_target_workload(tmp_path: Path) -> Non
     assert result.exit_code == 0, result.output
     assert "(online)" in result.output
     assert json.loads(out.read_text())["online"] is True
+
+
+def test_bench_reports_seeds_whose_workload_the_gate_left_to_fgd() -> None:
+    from regional_scheduler import bench_placement as bp
+    from regional_scheduler.learned.augment import spec_like_pod_list
+
+    full = bp.load_input("openb")
+    constrained = spec_like_pod_list(full.pods, full.nodes, 1, 0.45)  # above the gpu profile's gate_share 0.30
+    for pods, gated in ((constrained, 1), (full.pods, 0)):
+        inp = bp.BenchInput("openb", full.nodes[:150], pods)
+        learned, fgd = bp.run_one(inp, "learned", 42), bp.run_one(inp, "fgd", 42)
+        summary = bp.summarize([learned], 150)
+        assert summary["gated_to_fgd_seeds"] == gated
+        if gated:
+            assert learned.curve == fgd.curve
