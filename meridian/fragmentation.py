@@ -95,8 +95,9 @@ class TargetWorkload:
         return 0.5 * math.fsum(abs(mine.get(k, 0.0) - theirs.get(k, 0.0)) for k in mine.keys() | theirs.keys())
 
     def _by_shape(self) -> dict[tuple, float]:
-        # Shapes asking for different GPU models the cluster lacks are one type (no access anywhere):
-        # their probabilities add up, or the distance would miss one of them.
+        # Two shapes can be one type: gpuspec25 lists 'V100M16|V100M32' and 'V100M16|V100M32|V100M32', and
+        # two models the cluster lacks both give no access. Their probabilities add up, or the distance
+        # would miss one of them.
         out: dict[tuple, float] = {}
         for key, p in zip(self.type_keys(), self.probability.tolist(), strict=True):
             out[key] = out.get(key, 0.0) + p

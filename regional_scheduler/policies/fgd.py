@@ -139,8 +139,9 @@ class _Rows:
     """Online mode: which row of every cached per-type array holds which task type.
 
     A type keeps its row for as long as it stays in the estimate, so a new estimate moves no cached
-    array (re-ordering every shape's ``(types × nodes × devices)`` array to the new type order made a
-    re-weight 1.2–1.5× slower); a type that leaves frees its row for the next newcomer."""
+    array (re-ordering every shape's ``(types × nodes × devices)`` array into the new type order made a
+    re-weight 1.6× slower on ``default``, 86 vs 53 ms); a type that leaves frees its row for the next
+    newcomer."""
 
     of_key: dict[tuple, int] = field(default_factory=dict)
     assigned: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # generation a row got its type
@@ -171,7 +172,8 @@ class _Rows:
         self.of_key = kept
         self.of_type = np.array(rows, dtype=np.int64)
         self.weight = np.zeros(self.capacity)
-        # Two shapes can be one type (GPU models the cluster lacks give both no access): one row, both weights.
+        # Two shapes can be one type ('V100M16|V100M32' and 'V100M16|V100M32|V100M32' in gpuspec25, or two
+        # models the cluster lacks): one row, both weights.
         np.add.at(self.weight, self.of_type, workload.probability)
 
     def new_since(self, generation: int) -> np.ndarray:
