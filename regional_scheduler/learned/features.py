@@ -106,7 +106,22 @@ def constrained_share(pods: Sequence[Pod]) -> float:
 
 
 def _frac(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    return np.where(den > 0, num / np.maximum(den, 1), 0.0)
+    """``num / den``, 0 where ``den`` is 0 (a node without GPUs); one ufunc call, not three."""
+    return np.divide(num, den, out=np.zeros(np.shape(num)), where=den > 0)
+
+
+# The pod-dependent columns :meth:`FeatureBuilder.node_features` computes together, by the columns each
+# group fills.
+_GROUPS: dict[str, tuple[str, ...]] = {
+    "frag_before": ("fgd_frag_before_gpus",),
+    "cpu_after": ("after_cpu_frac", "after_cpu_abs", "becomes_cpu_full", "best_fit_leftover"),
+    "mem_after": ("after_mem_frac", "becomes_mem_full"),
+    "gpu_after": ("after_gpu_frac", "after_gpu_abs", "becomes_gpu_full", "best_fit_leftover"),
+    "idle_after": ("after_idle_gpus_abs",),
+    "dot_product": ("dot_product",),
+    "allocation": ("least_allocated", "balanced"),
+    "telemetry": ("power_kw", "power_present", "carbon_kg_per_kwh", "carbon_present"),
+}
 
 
 # Columns that do not depend on the pod being placed: kept per node in a cache refreshed only for
@@ -143,6 +158,7 @@ class FeatureBuilder:
         self._pressure: np.ndarray | None = None
         self._pressure_estimate = -1  # unprepared: FGD's online estimate the pressure was computed for
         self._cache: _NodeCache | None = None
+        self._groups: dict[bytes, dict[str, bool]] = {}
 
     def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
         self.fgd.prepare(state, workload)
@@ -207,27 +223,29 @@ class FeatureBuilder:
         (the others not asked for are 0) — serving asks only for what the network reads.
         """
         need = np.ones(N_NODE, dtype=bool) if columns is None else columns
-
-        def wanted(*names: str) -> bool:
-            return bool(need[[IDX[n] for n in names]].any())
+        key = need.tobytes()
+        groups = self._groups.get(key)
+        if groups is None:  # which column groups to compute, once per distinct column set
+            groups = self._groups[key] = {g: bool(need[[IDX[n] for n in names]].any())
+                                          for g, names in _GROUPS.items()}
 
         cache = self._refresh(state)
         r = pod.requests
         out = cache.static[nodes]  # a copy (fancy indexing), filled in below
         delta, devices = self.fgd.delta(state, pod, nodes)
         out[:, _B + 2] = delta / MILLI_GPU_PER_DEVICE
-        if wanted("fgd_frag_before_gpus"):
+        if groups["frag_before"]:
             out[:, _B + 3] = self.fgd.node_fragmentation(state)[nodes] / MILLI_GPU_PER_DEVICE
-        if wanted("after_cpu_frac", "after_cpu_abs", "becomes_cpu_full", "best_fit_leftover"):
+        if groups["cpu_after"]:
             cpu_after = cache.free_cpu[nodes] - r.milli_cpu
             out[:, 9] = _frac(cpu_after, state.alloc_milli_cpu[nodes])
             out[:, 12] = cpu_after / MAX_SPEC_MILLI_CPU
             out[:, _B + 7] = cpu_after <= 0
-        if wanted("after_mem_frac", "becomes_mem_full"):
+        if groups["mem_after"]:
             mem_after = cache.free_mem[nodes] - r.memory_bytes
             out[:, 10] = _frac(mem_after, state.alloc_memory_bytes[nodes])
             out[:, _B + 8] = mem_after <= 0
-        if wanted("after_gpu_frac", "after_gpu_abs", "becomes_gpu_full", "best_fit_leftover"):
+        if groups["gpu_after"]:
             gpu_cap = cache.gpu_cap[nodes]
             gpu_after = cache.gpu_free_total[nodes] - r.gpu_milli_total
             out[:, 11] = _frac(gpu_after, gpu_cap)
@@ -235,15 +253,15 @@ class FeatureBuilder:
             out[:, _B + 9] = (gpu_cap > 0) & (gpu_after <= 0)
             # best_fit_leftover (policies.best_fit.best_fit_leftover), from the columns at hand.
             out[:, _B] = 0.5 * out[:, 12] + 0.5 * out[:, 13]
-        if wanted("after_idle_gpus_abs"):
+        if groups["idle_after"]:
             out[:, 14] = (cache.idle[nodes] - r.gpu) / MAX_GPUS
-        if wanted("dot_product"):
+        if groups["dot_product"]:
             out[:, _B + 1] = dot_product_alignment(state, pod, nodes)[0]
-        if wanted("least_allocated", "balanced"):
+        if groups["allocation"]:
             req, alloc = _requested_after(state, pod, nodes)
             out[:, _B + 4] = least_allocated(req, alloc) / MAX_NODE_SCORE
             out[:, _B + 5] = balanced_allocation(req, alloc) / MAX_NODE_SCORE
-        if wanted("power_kw", "power_present", "carbon_kg_per_kwh", "carbon_present"):
+        if groups["telemetry"]:
             # Telemetry changes without a placement: never cached.
             power = state.power_watts[nodes]
             carbon = state.carbon_g_per_kwh[nodes]
