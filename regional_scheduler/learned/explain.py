@@ -63,8 +63,6 @@ def explain(scorer: LearnedScorer, state: ClusterState, pod: Pod, *, top: int = 
                                 None, [])
     if nodes.size == 0:
         return base
-    x_np, _ = scorer.features.node_features(state, pod, nodes)
-    p_np = scorer.features.pod_features(state, pod, nodes.size)
     net = scorer.net
     # Rank with the serving path's own scores, so the explanation names the node actually chosen;
     # torch (same weights, same formula, context pooled over the same near-best set) only supplies
@@ -78,6 +76,8 @@ def explain(scorer: LearnedScorer, state: ClusterState, pod: Pod, *, top: int = 
             base.nodes.append(NodeExplanation(state.names[int(nodes[i])], float(served[i]), rank + 1, float(fgd[i])))
         base.chosen = base.nodes[0].node
         return base
+    x_np, _ = scorer.features.node_features(state, pod, nodes)
+    p_np = scorer.features.pod_features(state, pod, nodes.size)
     near = near_best(fgd, net.residual_bound)
     x = torch.from_numpy(x_np).requires_grad_(True)
     context = net.pooled(x.detach()[torch.from_numpy(near)])

@@ -156,23 +156,31 @@ class FeatureBuilder:
     def __init__(self) -> None:
         self.fgd = FgdPolicy()
         self._pressure: np.ndarray | None = None
-        self._pressure_estimate = -1  # unprepared: FGD's online estimate the pressure was computed for
+        # The workload's share of model-constrained GPU pods (the serving gate, ``gate_share``).
+        self.constrained_share = 0.0
+        self._window_estimate = -1  # unprepared: FGD's online estimate the two were computed for
         self._cache: _NodeCache | None = None
         self._groups: dict[bytes, dict[str, bool]] = {}
 
     def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
         self.fgd.prepare(state, workload)
         self._pressure = model_pressure(state, workload)
+        self.constrained_share = constrained_share(workload)
         self._cache = None
 
-    def _refresh(self, state: ClusterState) -> _NodeCache:
+    def follow_window(self, state: ClusterState) -> None:
+        """Unprepared (a live scheduler): the workload-level values — GPU-model scarcity and the
+        constrained share — follow FGD's window of recent pods, recomputed when FGD takes a new
+        estimate from it (a decision that is slow already). Call after FGD has scored the pod."""
         window = self.fgd.online_window
-        if window is not None and self.fgd.online_rebuilds != self._pressure_estimate:
-            # Unprepared (a live scheduler): the scarcity column follows FGD's window of recent pods,
-            # recomputed when FGD takes a new estimate from it (a decision that is slow already).
+        if window is not None and self.fgd.online_rebuilds != self._window_estimate:
             self._pressure = model_pressure(state, window)
-            self._pressure_estimate = self.fgd.online_rebuilds
+            self.constrained_share = constrained_share(window)
+            self._window_estimate = self.fgd.online_rebuilds
             self._cache = None
+
+    def _refresh(self, state: ClusterState) -> _NodeCache:
+        self.follow_window(state)
         cache = self._cache
         if cache is None or cache.state is not state or cache.version.size != state.n_nodes:
             cache = self._cache = _NodeCache(state)

@@ -43,7 +43,7 @@ from pydantic import BaseModel, Field
 from meridian.cluster_state import ClusterState
 from meridian.model import Pod
 from regional_scheduler.framework import select_best
-from regional_scheduler.learned.features import FeatureBuilder, constrained_share
+from regional_scheduler.learned.features import FeatureBuilder
 from regional_scheduler.learned.policy import (
     CheckpointError,
     NumpyPlacementNet,
@@ -103,15 +103,16 @@ class LearnedScorer:
         self.features = FeatureBuilder()
         self.profile = next(iter(nets))
         self._profiled_state: ClusterState | None = None
-        # The workload's constrained share (``gate_share``): from the target workload once prepared,
-        # else from FGD's window, recomputed at each new estimate of it.
-        self.constrained_share = 0.0
-        self._share_estimate = -1
 
     def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
         self.features.prepare(state, workload)
         self._choose_profile(state)
-        self.constrained_share = constrained_share(workload)
+
+    @property
+    def constrained_share(self) -> float:
+        """The workload's share of model-constrained GPU pods: the target workload's once prepared,
+        else FGD's window's (:meth:`FeatureBuilder.follow_window`)."""
+        return self.features.constrained_share
 
     @property
     def gated(self) -> bool:
@@ -132,10 +133,7 @@ class LearnedScorer:
         if state is not self._profiled_state:  # a live scheduler is never prepared
             self._choose_profile(state)
         base = self.features.fgd.score(state, pod, nodes)
-        fgd = self.features.fgd
-        if fgd.online_window is not None and fgd.online_rebuilds != self._share_estimate:
-            self.constrained_share = constrained_share(fgd.online_window)
-            self._share_estimate = fgd.online_rebuilds
+        self.features.follow_window(state)
         if self.gated:
             return base
         p = self.features.pod_features(state, pod, nodes.size)

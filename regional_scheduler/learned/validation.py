@@ -75,6 +75,16 @@ def _policy(spec: str) -> str:
 SEED_SET_STRIDE = 1000
 
 
+def _policy_rows(inp: BenchInput, policies: list[str], seed: int, **run: Any) -> list[dict[str, Any]]:
+    """Every policy on one run (``run``: the columns that say which), a printed row each."""
+    rows = []
+    for policy in policies:
+        result = run_one(inp, _policy(policy), seed)
+        rows.append({**run, "seed": seed, "policy": policy, "gpu100": result.curve[100]["gpu_alloc_pct"]})
+        print(rows[-1], flush=True)
+    return rows
+
+
 def validation_runs(policies: list[str], n: int = len(LISTS), seed_sets: int = 1) -> list[dict[str, Any]]:
     """Run ``j`` of seed set ``k``: list ``LISTS[j]``, augmentation seed ``5,000,000 + j + 1000 k`` (runs
     ``j < N_AUGMENTED``), openb inflation seed ``5000 + j + 1000 k`` (training uses 10,000 and up)."""
@@ -87,12 +97,8 @@ def validation_runs(policies: list[str], n: int = len(LISTS), seed_sets: int = 1
             pods = openb.load_pods(openb.openb_dir() / f"openb_pod_list_{name}.csv")
             pods, share = augmented_pod_list(pods, nodes, 5_000_000 + j + shift,
                                              p_augment=1.0 if j < N_AUGMENTED else 0.0)
-            inp = BenchInput("openb", nodes, pods)
-            for policy in policies:
-                result = run_one(inp, _policy(policy), 5000 + j + shift)
-                rows.append({"j": j, "seed": 5000 + j + shift, "list": name, "share": share, "policy": policy,
-                             "gpu100": result.curve[100]["gpu_alloc_pct"]})
-                print(rows[-1], flush=True)
+            rows += _policy_rows(BenchInput("openb", nodes, pods), policies, 5000 + j + shift, j=j, list=name,
+                                 share=share)
     return rows
 
 
@@ -127,12 +133,8 @@ def mix_validation_runs(policies: list[str], seed_sets: int = 1, runs: Sequence[
             pods = resampled_pod_list(pools, DEFAULT_MIX, 5_800_000 + shift)
             pods, share = augmented_pod_list(pods, nodes, 5_900_000 + shift,
                                              p_augment=0.0 if j < N_MIX_PLAIN else 1.0)
-            inp = BenchInput("openb", nodes, pods)
-            for policy in policies:
-                result = run_one(inp, _policy(policy), 9000 + shift)
-                rows.append({"j": j, "seed": 9000 + shift, "list": "default-mix", "share": share, "policy": policy,
-                             "gpu100": result.curve[100]["gpu_alloc_pct"]})
-                print(rows[-1], flush=True)
+            rows += _policy_rows(BenchInput("openb", nodes, pods), policies, 9000 + shift, j=j, list="default-mix",
+                                 share=share)
     return rows
 
 
@@ -157,12 +159,8 @@ def spec_validation_runs(policies: list[str], seed_sets: int = 2) -> list[dict[s
             shift = j + 100 * k
             pods = spec_like_pod_list(openb.load_pods(openb.openb_dir() / f"openb_pod_list_{name}.csv"), nodes,
                                       6_000_000 + shift, spec_share(j, k))
-            inp = BenchInput("openb", nodes, pods)
-            for policy in policies:
-                result = run_one(inp, _policy(policy), 11_000 + shift)
-                rows.append({"j": j, "seed": 11_000 + shift, "list": name, "share": constrained_share(pods),
-                             "policy": policy, "gpu100": result.curve[100]["gpu_alloc_pct"]})
-                print(rows[-1], flush=True)
+            rows += _policy_rows(BenchInput("openb", nodes, pods), policies, 11_000 + shift, j=j, list=name,
+                                 share=constrained_share(pods))
     return rows
 
 
@@ -203,10 +201,11 @@ def main(argv: list[str]) -> None:
         seeds = seed_range(argv[3]) if len(argv) > 3 else CPU_SEEDS
         Path(argv[1]).write_text(json.dumps(cpu_validation_runs(argv[0].split(","), seeds), indent=1))
         return
-    seed_sets = int(argv[3]) if len(argv) > 3 and argv[2] in ("gpu", "mix", "spec") else 1
-    if len(argv) > 2 and argv[2] == "spec":
-        rows = spec_validation_runs(argv[0].split(","), seed_sets=int(argv[3]) if len(argv) > 3 else 2)
-    elif len(argv) > 2 and argv[2] == "mix":
+    split = argv[2] if len(argv) > 2 else "gpu"
+    seed_sets = int(argv[3]) if len(argv) > 3 and split in ("gpu", "mix", "spec") else (2 if split == "spec" else 1)
+    if split == "spec":
+        rows = spec_validation_runs(argv[0].split(","), seed_sets=seed_sets)
+    elif split == "mix":
         rows = mix_validation_runs(argv[0].split(","), seed_sets=seed_sets)
     else:
         rows = validation_runs(argv[0].split(","), seed_sets=seed_sets)

@@ -265,12 +265,8 @@ class FgdPolicy:
         current = np.flatnonzero(cache.version == state.node_version)
         if new.size and current.size:
             added = self.workload.select(new)
-            if pod is None:
-                gpu = state.gpu_free_milli[current]
-                fresh = fragment_per_type(added, state.free_milli_cpu[current], gpu, state.gpu_model_id[current],
-                                          gpu.sum(axis=1))
-            else:
-                fresh = after_per_type(state, pod, current, added)[0]
+            fresh = (_fragments_now(state, current, added) if pod is None
+                     else after_per_type(state, pod, current, added)[0])
             cache.per_type[np.ix_(rows.of_type[new], current)] = fresh
         cache.generation = rows.generation
         if pod is None:
@@ -294,9 +290,7 @@ class FgdPolicy:
             self._by_shape = {}
         stale = np.flatnonzero(self._frag.version != state.node_version)
         if stale.size:
-            gpu = state.gpu_free_milli[stale]
-            per_type = fragment_per_type(self.workload, state.free_milli_cpu[stale], gpu, state.gpu_model_id[stale],
-                                         gpu.sum(axis=1))
+            per_type = _fragments_now(state, stale, self.workload)
             if self._frag.per_type is not None:
                 self._frag.per_type[np.ix_(self._rows.of_type, stale)] = per_type
             self._frag.values[stale] = self.workload.probability @ per_type
@@ -354,6 +348,12 @@ class FgdPolicy:
         delta, device = self.delta(state, pod, nodes)
         score = np.floor(_sigmoid(-delta / 1000.0) * MAX_NODE_SCORE)
         return Scores(score, device)
+
+
+def _fragments_now(state: ClusterState, nodes: np.ndarray, workload: TargetWorkload) -> np.ndarray:
+    """Each task type's fragment of each of ``nodes`` as they are, ``(T, k)``."""
+    gpu = state.gpu_free_milli[nodes]
+    return fragment_per_type(workload, state.free_milli_cpu[nodes], gpu, state.gpu_model_id[nodes], gpu.sum(axis=1))
 
 
 def _cache_key(pod: Pod) -> tuple[int, int, int]:
