@@ -9,7 +9,9 @@ but the FGD paper's numbers are only reproduced with first-in-order ties (we mea
 95.3 % with first ties; see ``docs/benchmarks.md``). A policy may ask for random ties by setting
 ``tie_break = "random"``. Each stage is timed and
 its errors are wrapped with the stage's name. The policy never sees an infeasible node, so no
-policy — learned or not — can break a hard constraint.
+policy — learned or not — can break a hard constraint. A pod no node can hold is still shown to a
+policy that learns the workload online (``observe_unschedulable``), so that its estimate is not
+biased towards the pods that fit.
 """
 
 from __future__ import annotations
@@ -79,6 +81,12 @@ class Scheduler:
         nodes = np.flatnonzero(mask)
         if nodes.size == 0:
             decision.diagnosis = diagnosis
+            observe = getattr(self.policy, "observe_unschedulable", None)
+            if observe is not None:
+                try:
+                    observe(state, pod)
+                except Exception as exc:
+                    raise StageError("score", pod.name, exc) from exc
             return decision
         try:
             result = self.policy.score(state, pod, nodes)

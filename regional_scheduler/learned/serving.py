@@ -161,7 +161,9 @@ class LearnedPolicy:
                 if self.settings.checkpoint.is_file():
                     self.load_error_reason = "bad_checkpoint"
                 log.warning("learned placement policy unavailable, every decision falls back to fgd: %s", exc)
-        self._fallback = FgdPolicy()
+        # The fallback is the scorer's own FGD, prepared or not: a live scheduler's fallback then
+        # reads the same online window and caches as the features, not a cold FGD of its own.
+        self._fallback = self.scorer.features.fgd if self.scorer is not None else FgdPolicy()
         self._logged: set[str] = set()
         self.fallback_count: dict[str, int] = {}
         self.over_budget = 0  # decisions slower than the budget (fallen back or not)
@@ -169,10 +171,11 @@ class LearnedPolicy:
     def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
         if self.scorer is not None:
             self.scorer.prepare(state, workload)
-            # Share the scorer's FGD cache: the fallback's deltas are features already computed.
-            self._fallback = self.scorer.features.fgd
         else:
             self._fallback.prepare(state, workload)
+
+    def observe_unschedulable(self, state: ClusterState, pod: Pod) -> None:
+        self._fallback.observe_unschedulable(state, pod)
 
     def _fall_back(self, reason: str, detail: str, state: ClusterState, pod: Pod, nodes: np.ndarray) -> Scores:
         FALLBACKS.labels(reason=reason).inc()
@@ -233,6 +236,12 @@ class ShadowPolicy:
             prepare = getattr(policy, "prepare", None)
             if prepare is not None:
                 prepare(state, workload)
+
+    def observe_unschedulable(self, state: ClusterState, pod: Pod) -> None:
+        for policy in (self.active, self.learned):
+            observe = getattr(policy, "observe_unschedulable", None)
+            if observe is not None:
+                observe(state, pod)
 
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> Scores:
         result = self.active.score(state, pod, nodes)

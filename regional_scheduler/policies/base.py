@@ -39,6 +39,14 @@ class WorkloadAware(Protocol):
     def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None: ...
 
 
+class ObservesUnschedulable(Protocol):
+    """A policy that learns the workload from the pods it sees (FGD's online target workload) and
+    must also count the pods no node can hold: they are never scored, and leaving them out would
+    bias the estimate towards the pods that still fit, the more so the fuller the cluster."""
+
+    def observe_unschedulable(self, state: ClusterState, pod: Pod) -> None: ...
+
+
 # The FGD simulator's normalisation constants (open-gpu-share utils: MaxSpecCpu, MaxSpecGpu).
 MAX_SPEC_MILLI_CPU = 128_000
 MAX_SPEC_GPU_MILLI = 8_000

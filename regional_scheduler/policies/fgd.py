@@ -9,7 +9,8 @@ takes the first node in order, without which the paper's figures are not reprodu
 
 Target workload: ``prepare(state, pods)`` gives it (the simulator passes the trace's pod list). A
 live scheduler that was never prepared learns it online from the pods it is asked to place (the
-last ``ONLINE_WINDOW`` shapes, looked at every ``ONLINE_REFRESH`` pods), so FGD works from the first
+last ``ONLINE_WINDOW`` shapes, looked at every ``ONLINE_REFRESH`` pods; a pod that fits no node counts
+too, through ``observe_unschedulable``), so FGD works from the first
 pod on a real cluster too. A new estimate replaces the old one only when the shape distribution has
 moved by more than ``ONLINE_DRIFT`` (total variation), since two samples of one stationary stream
 differ by sampling noise alone. Replacing it re-weights the cached per-type fragments (types new to
@@ -206,9 +207,15 @@ class FgdPolicy:
         for pod in _one_pod_per_cache_key(workload).values():
             self.delta(state, pod, every_node)
 
-    def _observe(self, state: ClusterState, pod: Pod) -> None:
-        """Online target workload for an unprepared (live) scheduler."""
-        if self._seen is None:
+    def observe_unschedulable(self, state: ClusterState, pod: Pod) -> None:
+        """A pod that fits no node arrived: it belongs to the online window like any scored pod. It
+        does not count towards the next look at the window, which only scored pods need."""
+        self._observe(state, pod, scored=False)
+
+    def _observe(self, state: ClusterState, pod: Pod, *, scored: bool = True) -> None:
+        """Online target workload for an unprepared (live) scheduler. The same pod seen twice in a
+        row (the learned policy's fallback right after its own scorer) is counted once."""
+        if self._seen is None or (self._seen and self._seen[-1] is pod):
             return
         if len(self._seen) == self._seen.maxlen:
             evicted = shape_key(self._seen[0])

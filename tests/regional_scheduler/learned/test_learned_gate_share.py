@@ -26,8 +26,6 @@ from regional_scheduler.learned.serving import (
 from regional_scheduler.policies.fgd import FgdPolicy
 
 NODES = openb.load_nodes()[:200]
-# Few enough that most pods find a node: live, FGD's window (and so the gate's share) only sees pods it
-# scored, and a full cluster scores no pod that fits nowhere.
 N_PODS = 500
 
 
@@ -128,3 +126,43 @@ def test_live_the_gate_follows_the_window_of_recent_pods() -> None:
     for pod in constrained[:2000]:
         scheduler.place(state, pod)
     assert policy.scorer.gated and policy.scorer.constrained_share > 0.9
+
+
+def test_live_a_full_cluster_still_counts_its_unschedulable_pods_in_the_gate() -> None:
+    """On a full cluster many pods fit no node and are never scored. They still arrive, so FGD's window,
+    and the gate's share read from it, hold them: before, a saturated ``gpuspec25`` run's live share fell
+    to 0.14 against the workload's 0.25, as constrained pods were the ones that stopped fitting."""
+    workload = _constrained_list(0.40)[:3000]  # ~2.5× what 200 nodes hold
+    policy = _learned(0.30)
+    scheduler = Scheduler(policy)
+    state = ClusterState.from_nodes(NODES)
+    assert policy.scorer is not None
+    failed = 0
+    for pod in workload:
+        placement = scheduler.place(state, pod)
+        failed += placement is None
+        if placement is not None:
+            state.allocate(pod, placement)
+    window = policy.scorer.features.fgd.online_window
+    assert failed > 1000
+    assert window is not None and all(a is b for a, b in zip(window, workload[-2000:], strict=True))
+    assert policy.scorer.constrained_share == pytest.approx(constrained_share(workload[-2000:]), abs=0.03)
+    assert policy.scorer.gated
+
+
+def test_live_the_fallback_reads_the_scorers_window_and_counts_each_pod_once() -> None:
+    """Every decision over a tiny budget falls back to FGD: the scorer's own FGD (the same window and
+    caches), and a pod the scorer already saw is not counted again."""
+    nets, _ = load_checkpoint(DEFAULT_CHECKPOINT)
+    policy = LearnedPolicy(ServingSettings(budget_ms=1e-6), scorer=LearnedScorer(nets))
+    assert policy.scorer is not None and policy._fallback is policy.scorer.features.fgd
+    scheduler = Scheduler(policy)
+    state = ClusterState.from_nodes(NODES)
+    workload = _constrained_list(0.0)[:150]
+    for pod in workload:
+        placement = scheduler.place(state, pod)
+        if placement is not None:
+            state.allocate(pod, placement)
+    assert policy.fallback_count.get("timeout", 0) > 100
+    window = policy.scorer.features.fgd.online_window
+    assert window is not None and [p.name for p in window] == [p.name for p in workload]

@@ -170,6 +170,22 @@ def test_shadow_mode_records_both_choices(untrained_nets, small_gpu_cluster, sma
     assert shadow.agreement == sum(r.agree for r in shadow.records) / len(small_workload)
 
 
+def test_shadow_mode_shows_an_unschedulable_pod_to_both_live_policies(untrained_nets, small_gpu_cluster) -> None:
+    """Live, both FGD windows (the active policy's and the learned one's) must see a pod that fits
+    no node, or their target workloads would drift apart from the arrivals."""
+    active = FgdPolicy()
+    learned = LearnedPolicy(scorer=LearnedScorer(untrained_nets))
+    scheduler = Scheduler(ShadowPolicy(active, learned))
+    state = ClusterState.from_nodes(small_gpu_cluster)
+    fits = Pod(name="fits", requests=Resources(milli_cpu=1000, memory_bytes=GIB, gpu=1))
+    too_big = Pod(name="too-big", requests=Resources(milli_cpu=1000, memory_bytes=GIB, gpu=16))
+    assert scheduler.schedule(state, fits).placement is not None
+    assert scheduler.schedule(state, too_big).placement is None
+    assert learned.scorer is not None
+    for fgd in (active, learned.scorer.features.fgd):
+        assert [p.name for p in fgd.online_window] == ["fits", "too-big"]
+
+
 def test_an_unprepared_scheduler_serves_the_profile_of_its_cluster(monkeypatch) -> None:
     """The live dispatch worker never calls ``prepare``: on a CPU-only cluster it must still use the
     committed checkpoint's ``cpu`` profile, and decide as a prepared scheduler does."""

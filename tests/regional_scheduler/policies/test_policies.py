@@ -81,6 +81,34 @@ def test_unprepared_fgd_learns_its_target_workload_online() -> None:
     assert state.gpu_full_free.sum() == 4
 
 
+def test_online_fgd_counts_the_pods_that_fit_no_node() -> None:
+    """A live FGD learns its target workload from the pods that arrive, not only from those it could
+    score: a 4-GPU pod on 2-GPU nodes is never scored, yet it is part of the workload."""
+    nodes = [Node(name=f"g{i}", capacity=Resources(milli_cpu=32000, memory_bytes=64 * GIB, gpu=2), gpu_model="T4")
+             for i in range(3)]
+    state = ClusterState.from_nodes(nodes)
+    policy = get_policy("fgd")
+    scheduler = Scheduler(policy)
+    arrived = []
+    for i in range(300):
+        big = i % 3 == 0
+        pod = Pod(name=f"p{i}", requests=Resources(milli_cpu=1000, gpu=4) if big else Resources(milli_cpu=1000,
+                                                                                                 gpu_milli=100))
+        arrived.append(pod)
+        decision = scheduler.schedule(state, pod)
+        assert (decision.placement is None) == big
+        if decision.placement is not None:
+            state.allocate(pod, decision.placement)
+            state.release(pod, decision.placement)  # keep room: only the window matters here
+    assert all(a is b for a, b in zip(policy.online_window, arrived, strict=True))
+    assert 4 in policy.workload.gpu_count.tolist()  # the unschedulable shape is in the estimate
+    assert policy.workload.probability[policy.workload.gpu_count == 4].sum() == pytest.approx(1 / 3, abs=0.01)
+    # The same pod scored twice in a row (the learned policy's fallback after its scorer) counts once.
+    policy.score(state, arrived[-2], np.arange(3))
+    policy.score(state, arrived[-2], np.arange(3))
+    assert len(policy.online_window) == 301 and policy.online_window[-1] is arrived[-2]
+
+
 def _online_fgd_after(shapes: list[Resources]) -> tuple[object, ClusterState]:
     nodes = [Node(name=f"g{i}", capacity=Resources(milli_cpu=10**7, memory_bytes=10**6 * GIB, gpu=8), gpu_model="T4")
              for i in range(4)]
