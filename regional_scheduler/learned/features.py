@@ -29,6 +29,7 @@ layout is refused (see :mod:`regional_scheduler.learned.policy`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -135,6 +136,14 @@ _STATIC = np.array([name in _STATIC_COLUMNS for name in NODE_FEATURES])
 _B = 15 + MAX_GPUS  # first column after the sorted devices
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What :meth:`FeatureBuilder.node_features` computes for one column set."""
+
+    groups: dict[str, bool]  # the column groups to compute
+    zero: np.ndarray  # computed columns not asked for, set to 0
+
+
 class _NodeCache:
     """Per-node quantities that change only when a pod lands on (or leaves) the node."""
 
@@ -160,7 +169,7 @@ class FeatureBuilder:
         self.constrained_share = 0.0
         self._window_estimate = -1  # unprepared: FGD's online estimate the two were computed for
         self._cache: _NodeCache | None = None
-        self._groups: dict[bytes, dict[str, bool]] = {}
+        self._plans: dict[bytes, _Plan] = {}
 
     def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
         self.fgd.prepare(state, workload)
@@ -206,41 +215,46 @@ class FeatureBuilder:
         cache.gpu_free_total[nodes] = gpu_free_total
         cache.idle[nodes] = idle
         out = np.zeros((nodes.size, N_NODE), dtype=np.float32)
-        out[:, 0] = _frac(free_cpu, alloc_cpu)
-        out[:, 1] = _frac(free_mem, alloc_mem)
-        out[:, 2] = _frac(gpu_free_total, gpu_cap)
+        # One call for the three free fractions: on the usual one-node refresh, numpy's per-call
+        # overhead is the cost, not the arithmetic.
+        out[:, 0:3] = _frac(np.array([free_cpu, free_mem, gpu_free_total], dtype=np.float64),
+                            np.array([alloc_cpu, alloc_mem, gpu_cap], dtype=np.float64)).T
         out[:, 3] = free_cpu / MAX_SPEC_MILLI_CPU
         out[:, 4] = gpu_free_total / MAX_SPEC_GPU_MILLI
         out[:, 5] = gpu_cap / MAX_SPEC_GPU_MILLI
         out[:, 6] = idle / MAX_GPUS
         out[:, 7] = partial / MAX_GPUS
-        out[:, 8] = gpu_free.max(axis=1) / MILLI_GPU_PER_DEVICE
-        out[:, 15:15 + MAX_GPUS] = -np.sort(-gpu_free, axis=1) / MILLI_GPU_PER_DEVICE
+        devices_sorted = np.sort(gpu_free, axis=1)[:, ::-1] / MILLI_GPU_PER_DEVICE  # high → low
+        out[:, 8] = devices_sorted[:, 0]
+        out[:, 15:15 + MAX_GPUS] = devices_sorted
         out[:, _B + 6] = (state.req_milli_cpu[nodes] == 0) & (gpu_free_total == gpu_cap)
         pressure = self._pressure
         if pressure is not None and pressure.size == len(state.gpu_models) + 1:
             out[:, _B + 14] = pressure[state.gpu_model_id[nodes]]
         cache.static[nodes] = out
 
-    def node_features(self, state: ClusterState, pod: Pod, nodes: np.ndarray,
-                      columns: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def node_features(self, state: ClusterState, pod: Pod, nodes: np.ndarray, columns: np.ndarray | None = None, *,
+                      fgd_delta: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(k, N_NODE)`` features of candidate ``nodes`` and FGD's device choice per node.
 
         The pod-independent columns come from a per-node cache (:class:`_NodeCache`); the others are
         computed here. ``columns`` (bool ``(N_NODE,)``): compute only these pod-dependent columns
         (the others not asked for are 0) — serving asks only for what the network reads.
+        ``fgd_delta``: FGD's ``(delta, devices)`` of these nodes for this pod, when the caller has them.
         """
         need = np.ones(N_NODE, dtype=bool) if columns is None else columns
         key = need.tobytes()
-        groups = self._groups.get(key)
-        if groups is None:  # which column groups to compute, once per distinct column set
-            groups = self._groups[key] = {g: bool(need[[IDX[n] for n in names]].any())
-                                          for g, names in _GROUPS.items()}
+        plan = self._plans.get(key)
+        if plan is None:  # which column groups to compute, once per distinct column set
+            plan = self._plans[key] = _Plan({g: bool(need[[IDX[n] for n in names]].any())
+                                             for g, names in _GROUPS.items()},
+                                            np.flatnonzero(~(need | _STATIC)))
+        groups = plan.groups
 
         cache = self._refresh(state)
         r = pod.requests
         out = cache.static[nodes]  # a copy (fancy indexing), filled in below
-        delta, devices = self.fgd.delta(state, pod, nodes)
+        delta, devices = self.fgd.delta(state, pod, nodes) if fgd_delta is None else fgd_delta
         out[:, _B + 2] = delta / MILLI_GPU_PER_DEVICE
         if groups["frag_before"]:
             out[:, _B + 3] = self.fgd.node_fragmentation(state)[nodes] / MILLI_GPU_PER_DEVICE
@@ -280,8 +294,8 @@ class FeatureBuilder:
             out[:, _B + 12] = np.where(carbon_ok, carbon, 0.0) / 1000.0
             out[:, _B + 13] = carbon_ok
         out[:, _B + 15] = 0.0 if pod.allowed_gpu_models else out[:, _B + 14]
-        if columns is not None:
-            out[:, ~(columns | _STATIC)] = 0.0  # uniform: a column not asked for is 0 unless cached anyway
+        if plan.zero.size:
+            out[:, plan.zero] = 0.0  # uniform: a column not asked for is 0 unless cached anyway
         return out, devices
 
     @staticmethod

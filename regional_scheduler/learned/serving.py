@@ -132,13 +132,15 @@ class LearnedScorer:
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> Scores:
         if state is not self._profiled_state:  # a live scheduler is never prepared
             self._choose_profile(state)
-        base = self.features.fgd.score(state, pod, nodes)
+        base, delta = self.features.fgd.score_with_delta(state, pod, nodes)
         self.features.follow_window(state)
         if self.gated:
             return base
         p = self.features.pod_features(state, pod, nodes.size)
+        # FGD's deltas of the candidates are a feature: handed over rather than looked up again.
         scores = self.fast[self.profile].residual_columns(
-            base.scores, lambda idx, cols: self.features.node_features(state, pod, nodes[idx], cols)[0], p)
+            base.scores, lambda idx, cols: self.features.node_features(
+                state, pod, nodes[idx], cols, fgd_delta=(delta[idx], base.devices[idx]))[0], p)
         return Scores(scores, base.devices)
 
 

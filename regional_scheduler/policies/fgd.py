@@ -224,6 +224,8 @@ class FgdPolicy:
                 del self._window_counts[evicted]
         self._seen.append(pod)
         self._window_counts[shape_key(pod)] += 1
+        if not scored:
+            return
         self._since_refresh += 1
         if self.workload is None or self._since_refresh >= ONLINE_REFRESH:
             self._since_refresh = 0
@@ -351,10 +353,14 @@ class FgdPolicy:
         return cache.values[nodes], cache.devices[nodes]
 
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> Scores:
+        return self.score_with_delta(state, pod, nodes)[0]
+
+    def score_with_delta(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> tuple[Scores, np.ndarray]:
+        """:meth:`score` and the fragmentation increase it came from (the learned policy's feature)."""
         self._observe(state, pod)
         delta, device = self.delta(state, pod, nodes)
         score = np.floor(_sigmoid(-delta / 1000.0) * MAX_NODE_SCORE)
-        return Scores(score, device)
+        return Scores(score, device), delta
 
 
 def _fragments_now(state: ClusterState, nodes: np.ndarray, workload: TargetWorkload) -> np.ndarray:

@@ -315,3 +315,29 @@ def test_gate_gpu_pods_leaves_every_gpu_pod_to_fgd(openb_slice, tmp_path: Path) 
     assert counts["gpu"] > 100 and counts["cpu"] > 20
     assert counts["ungated_moved"] > 0, "without the gate the correction should move some GPU pods"
     assert counts["cpu_moved"] > 0, "the correction should still move some CPU-only pods"
+
+
+def test_fgds_handed_over_deltas_give_the_features_fgd_would_look_up(openb_slice) -> None:
+    """Serving hands FGD's deltas of the candidates to the feature builder instead of looking them up
+    again: the features must be the same, through a run in which every node changes."""
+    nodes, workload, arrivals = openb_slice
+    state = ClusterState.from_nodes(nodes)
+    builder = FeatureBuilder()
+    builder.prepare(state, workload)
+    scheduler = Scheduler(FgdPolicy(), seed=0)
+    scheduler.prepare(state, workload)
+    compared = 0
+    for i, pod in enumerate(arrivals):
+        candidates = np.flatnonzero(run_filters(state, pod)[0])
+        if i % 3 == 0 and candidates.size > 1:
+            base, delta = builder.fgd.score_with_delta(state, pod, candidates)
+            half = candidates[::2]
+            handed, devices = builder.node_features(state, pod, half, fgd_delta=(delta[::2], base.devices[::2]))
+            looked_up, looked_up_devices = builder.node_features(state, pod, half)
+            np.testing.assert_array_equal(handed, looked_up, err_msg=f"pod {i}")
+            np.testing.assert_array_equal(devices, looked_up_devices)
+            compared += 1
+        placement = scheduler.place(state, pod)
+        if placement is not None:
+            state.allocate(pod, placement)
+    assert compared > 200
