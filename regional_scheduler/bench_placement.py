@@ -61,6 +61,8 @@ def _with_policy_counts(result: RunResult, scheduler: Any) -> RunResult:
         scorer = getattr(policy, "scorer", None)
         if scorer is not None:  # gate_share: the workload was left to FGD at the run's end
             result.final["gated_to_fgd"] = float(scorer.gated)
+            # replays: the prepared workload's replays found no gain, so FGD placed every pod
+            result.final["replays_chose_fgd"] = float(scorer.replay is not None and not scorer.replay.keeps_correction)
     return result
 
 
@@ -130,6 +132,8 @@ def summarize(results: Sequence[RunResult], total_gpus: int) -> dict[str, Any]:
         "fallback_decisions": _sum([r.final.get("fallback_decisions") for r in results]),
         # learned only: seeds whose workload its gpu profile's gate_share left to FGD (at the run's end)
         "gated_to_fgd_seeds": _sum([r.final.get("gated_to_fgd") for r in results]),
+        # learned only: seeds whose workload the gpu profile's replays left to FGD
+        "replays_chose_fgd_seeds": _sum([r.final.get("replays_chose_fgd") for r in results]),
         "per_seed_gpu_alloc_pct_at_100": [c["gpu_alloc_pct"] if c else None for c in at100],
     }
 

@@ -75,6 +75,9 @@ def bench_placement(
         if s.get("gated_to_fgd_seeds"):
             console.print(f"{name}: on {s['gated_to_fgd_seeds']:.0f} of {len(s['seeds'])} seed(s) the workload's "
                           "GPU-model-constrained share reached the profile's gate_share, so FGD placed every pod")
+        if s.get("replays_chose_fgd_seeds"):
+            console.print(f"{name}: on {s['replays_chose_fgd_seeds']:.0f} of {len(s['seeds'])} seed(s) the replays of "
+                          "the workload found the correction no better than FGD, so FGD placed every pod")
     if json_out is not None:
         bp.write_json(json_out, {
             "scenario": scenario, "pods": str(pods) if pods else None, "nodes": str(nodes) if nodes else None,

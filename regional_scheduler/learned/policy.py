@@ -128,8 +128,13 @@ class PlacementNet(nn.Module):
                  feature_mean: np.ndarray | None = None, feature_std: np.ndarray | None = None,
                  residual_bound: float = DEFAULT_RESIDUAL_BOUND, gate_unused: bool = False,
                  gate_constrained: bool = False, gate_gpu_pods: bool = False,
-                 gate_share: float | None = None) -> None:
+                 gate_share: float | None = None, replays: int = 0) -> None:
         super().__init__()
+        if replays < 0:
+            raise ValueError(f"replays must be >= 0, got {replays}")
+        # Serving: replays of a prepared workload that must show the correction ahead of FGD
+        # (regional_scheduler.learned.replay); 0 = none.
+        self.replays = int(replays)
         self.gate_unused = bool(gate_unused)
         self.gate_constrained = bool(gate_constrained)
         self.gate_gpu_pods = bool(gate_gpu_pods)
@@ -240,7 +245,7 @@ class PlacementNet(nn.Module):
         return {"n_node": self.n_node, "n_pod": self.n_pod, "hidden": self.hidden,
                 "residual_bound": self.residual_bound, "gate_unused": self.gate_unused,
                 "gate_constrained": self.gate_constrained, "gate_gpu_pods": self.gate_gpu_pods,
-                "gate_share": self.gate_share}
+                "gate_share": self.gate_share, "replays": self.replays}
 
     def zero_correction(self) -> None:
         """``g ≡ 0``: the residual policy becomes FGD exactly (the search's starting point)."""
@@ -298,7 +303,8 @@ def load_checkpoint(path: Path | str) -> tuple[dict[str, PlacementNet], dict[str
                            residual_bound=float(hp["residual_bound"]), gate_unused=bool(hp.get("gate_unused", False)),
                            gate_constrained=bool(hp.get("gate_constrained", False)),
                            gate_gpu_pods=bool(hp.get("gate_gpu_pods", False)),
-                           gate_share=None if hp.get("gate_share") is None else float(hp["gate_share"]))
+                           gate_share=None if hp.get("gate_share") is None else float(hp["gate_share"]),
+                           replays=int(hp.get("replays", 0)))
         try:
             net.load_state_dict(entry["state_dict"])
         except RuntimeError as exc:

@@ -28,6 +28,7 @@ all candidate nodes.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import time
@@ -50,6 +51,7 @@ from regional_scheduler.learned.policy import (
     PlacementNet,
     load_checkpoint,
 )
+from regional_scheduler.learned.replay import ReplayResult, memoised_replay
 from regional_scheduler.policies.base import ScorePolicy, Scores
 from regional_scheduler.policies.fgd import FgdPolicy
 
@@ -97,16 +99,40 @@ class LearnedScorer:
     """FGD's scores → the network's bounded correction on the near-best nodes → one score per
     candidate node; FGD's device rule for shared-GPU pods."""
 
-    def __init__(self, nets: dict[str, PlacementNet]) -> None:
+    def __init__(self, nets: dict[str, PlacementNet], *, replays: bool = True) -> None:
         self.nets = nets
         self.fast = {name: NumpyPlacementNet(net) for name, net in nets.items()}
         self.features = FeatureBuilder()
         self.profile = next(iter(nets))
         self._profiled_state: ClusterState | None = None
+        self._replays = replays  # False inside a replay
+        # The replays of the prepared workload (the profile's ``replays``); None when not replayed.
+        self.replay: ReplayResult | None = None
 
     def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
         self.features.prepare(state, workload)
         self._choose_profile(state)
+        self.replay = None
+        if self._replays and self.net.replays and not self.gated:
+            log.info("replaying the workload %d times to check the %s correction against FGD", self.net.replays,
+                     self.profile)
+            self.replay = memoised_replay(self._net_digest(), lambda: LearnedScorer(self.nets, replays=False),
+                                          state, workload, self.net.replays)
+            log.info("replays: the correction placed %+.0f milli-%s per replay against FGD: %s",
+                     self.replay.mean_gain, self.replay.resource.upper(),
+                     "it serves" if self.replay.keeps_correction else "FGD places every pod")
+
+    def _net_digest(self) -> bytes:
+        h = hashlib.blake2b(self.profile.encode(), digest_size=20)
+        h.update(repr(self.net.hyper_parameters()).encode())
+        for value in self.net.state_dict().values():
+            h.update(value.detach().numpy().tobytes())
+        return h.digest()
+
+    @property
+    def left_to_fgd(self) -> bool:
+        """True while FGD places every pod: the gate is on, or the replays found no gain."""
+        return self.gated or (self.replay is not None and not self.replay.keeps_correction)
 
     @property
     def constrained_share(self) -> float:
@@ -134,7 +160,7 @@ class LearnedScorer:
             self._choose_profile(state)
         base, delta = self.features.fgd.score_with_delta(state, pod, nodes)
         self.features.follow_window(state)
-        if self.gated:
+        if self.left_to_fgd:
             return base
         p = self.features.pod_features(state, pod, nodes.size)
         # FGD's deltas of the candidates are a feature: handed over rather than looked up again.
