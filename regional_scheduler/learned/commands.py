@@ -301,7 +301,12 @@ def explain_command(
     from regional_scheduler.framework import Scheduler
     from regional_scheduler.learned.explain import explain
     from regional_scheduler.learned.policy import CheckpointError, load_checkpoint
-    from regional_scheduler.learned.serving import LearnedPolicy, LearnedScorer, ServingSettings
+    from regional_scheduler.learned.serving import (
+        LearnedPolicy,
+        LearnedScorer,
+        ServingSettings,
+        cluster_profile,
+    )
 
     try:
         nets, _ = load_checkpoint(checkpoint)
@@ -323,7 +328,10 @@ def explain_command(
     # load: the model decides every earlier pod (the budget is counted, not enforced, as in the bench).
     scheduler = Scheduler(LearnedPolicy(ServingSettings(enforce_budget=False), scorer=scorer))
     state = ClusterState.from_nodes(nodes)
-    scheduler.prepare(state, workload)
+    replays = nets[cluster_profile(state)].replays if cluster_profile(state) in nets else 0
+    with console.status(f"replaying the workload {replays}× to check the correction against FGD" if replays
+                        else "preparing"):
+        scheduler.prepare(state, workload)
     for pod in arrivals[:pod_index]:
         placement = scheduler.place(state, pod)
         if placement is not None:
