@@ -55,6 +55,7 @@ def _learned(gate: float | None) -> LearnedPolicy:
     nets, _ = load_checkpoint(DEFAULT_CHECKPOINT)
     nets = copy.deepcopy(nets)
     nets["gpu"].gate_share = gate
+    nets["gpu"].replays = 0  # the gate alone: the replays would leave these workloads to FGD as well
     return LearnedPolicy(ServingSettings(enforce_budget=False), scorer=LearnedScorer(nets))
 
 
