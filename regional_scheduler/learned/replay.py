@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from meridian.cluster_state import ClusterState
-from meridian.model import Pod
+from meridian.model import MILLI_GPU_PER_DEVICE, Pod
 from regional_scheduler.framework import Scheduler
 from regional_scheduler.policies.base import ScorePolicy
 from regional_scheduler.policies.fgd import FgdPolicy
@@ -77,7 +77,8 @@ def _counts_gpu(workload: Sequence[Pod], state: ClusterState) -> bool:
 
 
 def _placed(state: ClusterState, gpu: bool) -> float:
-    return float(state.gpu_count.sum() * 1000 - state.gpu_free_milli.sum()) if gpu else float(state.req_milli_cpu.sum())
+    return (float(state.gpu_count.sum() * MILLI_GPU_PER_DEVICE - state.gpu_free_milli.sum()) if gpu
+            else float(state.req_milli_cpu.sum()))
 
 
 def _run(policy: ScorePolicy, state: ClusterState, workload: Sequence[Pod], arrivals: Sequence[Pod]) -> ClusterState:

@@ -19,6 +19,9 @@ so the model only ranks feasible nodes and can never break a hard constraint. Ar
 - **Profiles.** A checkpoint holds one network per cluster kind: ``gpu`` for clusters with GPUs,
   ``cpu`` for CPU-only clusters (the seed analysis' 50×200 setting). The profile is chosen in
   ``prepare`` from the cluster, never from the benchmark's name.
+- **Replays.** A profile with ``replays`` > 0 replays a prepared workload on a copy of the cluster,
+  with FGD and with the correction, and serves the correction only if it placed more
+  (:mod:`~regional_scheduler.learned.replay`); otherwise FGD places every pod. Never in a decision.
 - **Shadow mode.** :class:`ShadowPolicy` lets the active policy decide and runs the learned one beside
   it, recording both choices and whether they agree (``meridian_placement_shadow_decisions_total``).
 
@@ -158,6 +161,7 @@ class LearnedScorer:
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> Scores:
         if state is not self._profiled_state:  # a live scheduler is never prepared
             self._choose_profile(state)
+            self.replay = None  # replays speak for the cluster they were prepared on only
         base, delta = self.features.fgd.score_with_delta(state, pod, nodes)
         self.features.follow_window(state)
         if self.left_to_fgd:
