@@ -53,9 +53,13 @@ def bench_placement(
         for seed in seed_list:
             steps = bp.n_steps(inp, seed)
             for name in names:
-                task = progress.add_task(f"{scenario} seed {seed} {name}", total=steps)
+                label = f"{scenario} seed {seed} {name}"
+                # Until the first pod: preparing (FGD's cache; the learned policy's replays take ~20 s
+                # on the 1,213-node cluster, once per workload).
+                task = progress.add_task(f"{label} (preparing)", total=steps)
                 results[name].append(bp.run_one(inp, name, seed, online=online,
-                                                on_step=lambda i, t=task: progress.update(t, completed=i + 1)))
+                                                on_step=lambda i, t=task, d=label: progress.update(
+                                                    t, completed=i + 1, description=d)))
                 progress.remove_task(task)
     summary = {name: bp.summarize(runs, total_gpus) for name, runs in results.items()}
     table = Table(title=f"meridian bench placement — {scenario}{' (online)' if online else ''}, {len(seed_list)} seed(s)")
