@@ -142,3 +142,62 @@ def test_explain_and_the_bench_say_when_the_replays_left_the_workload_to_fgd() -
     run = run_one(BenchInput("openb", NODES, WORKLOAD), "learned", 7,
                   scheduler_factory=lambda _name, _seed: Scheduler(_learned(_spreading_net(replays=2))))
     assert summarize([run], 1)["replays_chose_fgd_seeds"] == 1
+
+
+def _live_run(monkeypatch, mode: str) -> tuple[LearnedPolicy, ClusterState]:
+    """A live (never prepared) learned policy on the slice, with a 200-pod window so that it fills."""
+    from regional_scheduler.policies import fgd as fgd_module
+
+    monkeypatch.setattr(fgd_module, "ONLINE_WINDOW", 200)
+    policy = LearnedPolicy(ServingSettings(enforce_budget=False, live_replays=mode),
+                           scorer=LearnedScorer({"gpu": _spreading_net(replays=2)}, live_replays=mode))
+    scheduler = Scheduler(policy)
+    state = ClusterState.from_nodes(NODES)
+    for pod in ARRIVALS[:600]:
+        placement = scheduler.place(state, pod)
+        if placement is not None:
+            state.allocate(pod, placement)
+    return policy, state
+
+
+@pytest.mark.parametrize("mode", ["sync", "background"])
+def test_live_replays_of_the_window_leave_a_harmful_correction_to_fgd(monkeypatch, mode: str) -> None:
+    policy, state = _live_run(monkeypatch, mode)
+    scorer = policy.scorer
+    assert scorer is not None and scorer.replay is None and scorer.live is not None and scorer.live.runs >= 1
+    scorer.live.wait(timeout=120)
+    assert scorer.replay_result is not None and scorer.replay_result.mean_gain < 0
+    assert scorer.left_to_fgd
+    result = explain(scorer, state, ARRIVALS[700])
+    assert result.gate is not None and "window of recent pods" in result.gate
+
+
+def test_live_replays_can_be_switched_off(monkeypatch) -> None:
+    policy, _ = _live_run(monkeypatch, "off")
+    assert policy.scorer is not None and policy.scorer.live is None and not policy.scorer.left_to_fgd
+    monkeypatch.setenv("MERIDIAN_LEARNED_LIVE_REPLAYS", "Sync")
+    assert ServingSettings.from_env().live_replays == "sync"
+    monkeypatch.setenv("MERIDIAN_LEARNED_LIVE_REPLAYS", "sometimes")
+    with pytest.raises(ValueError, match="live_replays"):
+        ServingSettings.from_env()
+
+
+def test_a_live_replay_with_nothing_to_replay_keeps_the_last_result() -> None:
+    from regional_scheduler.learned.replay import LiveReplays, ReplayResult
+
+    live = LiveReplays(2, background=False)
+    earlier = ReplayResult((-5.0, -1.0), "gpu")
+    live.result = earlier
+    full = ClusterState.from_nodes(NODES)
+    full.gpu_free_milli[:] = 0  # no free GPU: no draw can be placed
+    live.on_estimate(full, WORKLOAD[:50], lambda: LearnedScorer({"gpu": _spreading_net(replays=0)}))
+    assert live.runs == 1 and live.result is earlier
+
+
+def test_the_bench_runs_live_replays_in_the_deciding_thread_and_only_when_switched_on(monkeypatch) -> None:
+    from regional_scheduler.bench_placement import bench_policy
+
+    monkeypatch.delenv("MERIDIAN_LEARNED_LIVE_REPLAYS", raising=False)
+    assert bench_policy("learned").scorer._live_mode == "off"  # the serving default
+    monkeypatch.setenv("MERIDIAN_LEARNED_LIVE_REPLAYS", "background")
+    assert bench_policy("learned").scorer._live_mode == "sync"
