@@ -49,11 +49,7 @@ def bench_policy(name: str) -> Any:
     if name == "learned":
         from regional_scheduler.learned.serving import ServingSettings, new_learned_policy
 
-        settings = ServingSettings.from_env()
-        # Live replays (``--online``, when switched on) run inside the decision that triggers them, not in
-        # a thread: a run then does not depend on thread timing, and those decisions are counted.
-        live = "sync" if settings.live_replays == "background" else settings.live_replays
-        return new_learned_policy(settings.model_copy(update={"enforce_budget": False, "live_replays": live}))
+        return new_learned_policy(ServingSettings.from_env().model_copy(update={"enforce_budget": False}))
     return get_policy(name)
 
 
@@ -66,8 +62,7 @@ def _with_policy_counts(result: RunResult, scheduler: Any) -> RunResult:
         if scorer is not None:  # gate_share: the workload was left to FGD at the run's end
             result.final["gated_to_fgd"] = float(scorer.gated)
             # replays: the prepared workload's replays found no gain, so FGD placed every pod
-            replay = scorer.replay_result  # live (``--online``): the last replay of the window
-            result.final["replays_chose_fgd"] = float(replay is not None and not replay.keeps_correction)
+            result.final["replays_chose_fgd"] = float(scorer.replay is not None and not scorer.replay.keeps_correction)
     return result
 
 

@@ -75,11 +75,9 @@ def explain(scorer: LearnedScorer, state: ClusterState, pod: Pod, *, top: int = 
                          f"or above the profile's gate_share {net.gate_share:.0%}: FGD places every pod, with no "
                          "correction")
         else:
-            replay = scorer.replay_result
-            assert replay is not None
-            workload = "prepared workload" if scorer.replay is not None else "window of recent pods"
-            base.gate = (f"on {len(replay.gains)} replays of the {workload} the correction placed "
-                         f"{replay.mean_gain / 1000:+.2f} {replay.resource.upper()}s per replay against "
+            assert scorer.replay is not None
+            base.gate = (f"on {len(scorer.replay.gains)} replays of the prepared workload the correction placed "
+                         f"{scorer.replay.mean_gain / 1000:+.2f} {scorer.replay.resource.upper()}s per replay against "
                          "FGD's, not more: FGD places every pod, with no correction")
         for rank, i in enumerate(np.argsort(-served, kind="stable")[:top]):
             base.nodes.append(NodeExplanation(state.names[int(nodes[i])], float(served[i]), rank + 1, float(fgd[i])))

@@ -10,20 +10,14 @@ once with the correction, and keeps the correction only if it placed more GPU (C
 
 The draws use fixed seeds (:data:`REPLAY_SEED`), so the choice is a function of the workload and the
 cluster, and it is memoised on them: a benchmark that prepares ten seeds of one pod list pays for
-the replays once. Cost on the 1,213-node openb cluster: one replay is one FGD and one corrected run to
+the replays once. A live scheduler is never prepared and never replays (its gate follows FGD's
+window instead). Cost on the 1,213-node openb cluster: one replay is one FGD and one corrected run to
 100 % of the GPU capacity, a few seconds, paid in ``prepare``, never in a decision.
-
-A live scheduler is never prepared: :class:`LiveReplays` replays FGD's window of recent pods from a
-snapshot of the cluster instead, at the first full window and then at every :data:`LIVE_EVERY`-th
-new estimate, in a background thread while decisions go on with the last result. It is off by default
-(``ServingSettings.live_replays``): on 20 online validation runs it came out even, with a worst run of
-−0.30 points (``docs/bench-learned.md`` §0k-2).
 """
 
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -51,11 +45,6 @@ class ReplayResult:
     @property
     def mean_gain(self) -> float:
         return float(np.mean(self.gains)) if self.gains else 0.0
-
-    @property
-    def informative(self) -> bool:
-        """False when nothing could be replayed (an empty workload, or no free capacity left)."""
-        return bool(self.gains)
 
     @property
     def keeps_correction(self) -> bool:
@@ -111,8 +100,6 @@ def replay(make_corrected: Callable[[], ScorePolicy], state: ClusterState, workl
     gains = []
     for r in range(replays):
         arrivals = replay_arrivals(workload, state, REPLAY_SEED + r)
-        if not arrivals:
-            break  # nothing to replay: no gain either way
         fgd = _placed(_run(FgdPolicy(), state, workload, arrivals), gpu)
         corrected = _placed(_run(make_corrected(), state, workload, arrivals), gpu)
         gains.append(corrected - fgd)
@@ -148,53 +135,3 @@ def _digest(key_extra: bytes, state: ClusterState, workload: Sequence[Pod], repl
         h.update(np.ascontiguousarray(value).tobytes() if isinstance(value, np.ndarray) else repr(value).encode())
     h.update(repr([p.model_dump(exclude={"name", "creation_time_s", "deletion_time_s"}) for p in workload]).encode())
     return h.digest()
-
-
-# A live scheduler replays its window at the first full window, then at every LIVE_EVERY-th new estimate.
-LIVE_EVERY = 25
-
-
-class LiveReplays:
-    """Replays for a live scheduler, which is never prepared: FGD's window of recent pods is the
-    workload, a snapshot of the cluster the start. ``background`` (serving): the replays run in a
-    daemon thread and decisions keep the last finished result, never waiting; otherwise (benchmarks,
-    so that a run does not depend on thread timing) they run inside the decision that triggers them.
-    A replay with nothing to replay (a full cluster) keeps the previous result."""
-
-    def __init__(self, replays: int, *, background: bool, every: int = LIVE_EVERY) -> None:
-        self.replays = replays
-        self.background = background
-        self.every = every
-        self.result: ReplayResult | None = None
-        self.runs = 0  # replays started
-        self._since = 0  # new estimates since the last start
-        self._thread: threading.Thread | None = None
-
-    def on_estimate(self, state: ClusterState, window: Sequence[Pod],
-                    make_corrected: Callable[[], ScorePolicy]) -> None:
-        """FGD took a new estimate from a full window: replay it if one is due and none is running."""
-        self._since += 1
-        if self.running or (self.runs and self._since < self.every):
-            return
-        self._since = 0
-        self.runs += 1
-        snapshot, pods = state.copy(), list(window)  # taken now: the live state moves on
-        if self.background:
-            self._thread = threading.Thread(target=self._run, args=(make_corrected, snapshot, pods),
-                                            name="meridian-live-replays", daemon=True)
-            self._thread.start()
-        else:
-            self._run(make_corrected, snapshot, pods)
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def wait(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _run(self, make_corrected: Callable[[], ScorePolicy], state: ClusterState, pods: list[Pod]) -> None:
-        result = replay(make_corrected, state, pods, self.replays)
-        if result.informative:
-            self.result = result  # one assignment: a decision reads the old or the new result, whole

@@ -39,7 +39,6 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 from prometheus_client import Counter
@@ -55,12 +54,11 @@ from regional_scheduler.learned.policy import (
     PlacementNet,
     load_checkpoint,
 )
-from regional_scheduler.learned.replay import LiveReplays, ReplayResult, memoised_replay
+from regional_scheduler.learned.replay import ReplayResult, memoised_replay
 from regional_scheduler.policies.base import ScorePolicy, Scores
 from regional_scheduler.policies.fgd import FgdPolicy
 
 NAME = "learned"
-LiveReplayMode = Literal["background", "sync", "off"]
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "placement.pt"
 
 log = logging.getLogger(__name__)
@@ -83,10 +81,6 @@ class ServingSettings(BaseModel):
                              "fallback's; 5 ms is 5× the p99 target, so only a stalled model trips it")
     enforce_budget: bool = Field(True, description="replace over-budget decisions by FGD's (serving); when off "
                                  "(benchmarks) they are only counted, so results do not depend on machine load")
-    live_replays: LiveReplayMode = Field("off", description="a live scheduler's replays of its window (profiles "
-                                         "with replays > 0): in a background thread, inside the decision that "
-                                         "triggers them (sync: reproducible), or off (default: on the validation "
-                                         "runs they lost up to 0.3 points, docs/bench-learned.md §0k-2)")
 
     @classmethod
     def from_env(cls) -> ServingSettings:
@@ -97,8 +91,6 @@ class ServingSettings(BaseModel):
             values["budget_ms"] = float(budget)
         if (enforce := os.environ.get("MERIDIAN_LEARNED_ENFORCE_BUDGET")) is not None:
             values["enforce_budget"] = enforce.strip().lower() not in ("0", "false", "no", "off")
-        if live := os.environ.get("MERIDIAN_LEARNED_LIVE_REPLAYS"):
-            values["live_replays"] = live.strip().lower()
         return cls(**values)
 
 
@@ -110,8 +102,7 @@ class LearnedScorer:
     """FGD's scores → the network's bounded correction on the near-best nodes → one score per
     candidate node; FGD's device rule for shared-GPU pods."""
 
-    def __init__(self, nets: dict[str, PlacementNet], *, replays: bool = True,
-                 live_replays: LiveReplayMode = "off") -> None:
+    def __init__(self, nets: dict[str, PlacementNet], *, replays: bool = True) -> None:
         self.nets = nets
         self.fast = {name: NumpyPlacementNet(net) for name, net in nets.items()}
         self.features = FeatureBuilder()
@@ -120,16 +111,11 @@ class LearnedScorer:
         self._replays = replays  # False inside a replay
         # The replays of the prepared workload (the profile's ``replays``); None when not replayed.
         self.replay: ReplayResult | None = None
-        # Live (never prepared): replays of FGD's window, created when first due.
-        self.live: LiveReplays | None = None
-        self._live_mode = live_replays
-        self._live_estimate = -1
 
     def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
         self.features.prepare(state, workload)
         self._choose_profile(state)
         self.replay = None
-        self.live = None
         if self._replays and self.net.replays and not self.gated:
             log.info("replaying the workload %d times to check the %s correction against FGD", self.net.replays,
                      self.profile)
@@ -147,30 +133,9 @@ class LearnedScorer:
         return h.digest()
 
     @property
-    def replay_result(self) -> ReplayResult | None:
-        """What decides now: the prepared workload's replays, or live the last finished replay of the window."""
-        if self.replay is not None:
-            return self.replay
-        return self.live.result if self.live is not None else None
-
-    @property
     def left_to_fgd(self) -> bool:
         """True while FGD places every pod: the gate is on, or the replays found no gain."""
-        replay = self.replay_result
-        return self.gated or (replay is not None and not replay.keeps_correction)
-
-    def _follow_live_replays(self, state: ClusterState) -> None:
-        """Live: at FGD's new estimates from a full window, replay the window now and then
-        (:class:`~regional_scheduler.learned.replay.LiveReplays`)."""
-        fgd = self.features.fgd
-        window = fgd.online_window
-        if (window is None or not self._replays or self._live_mode == "off" or not self.net.replays
-                or len(window) < (window.maxlen or 0) or fgd.online_rebuilds == self._live_estimate or self.gated):
-            return
-        self._live_estimate = fgd.online_rebuilds
-        if self.live is None or self.live.replays != self.net.replays:
-            self.live = LiveReplays(self.net.replays, background=self._live_mode == "background")
-        self.live.on_estimate(state, window, lambda: LearnedScorer(self.nets, replays=False))
+        return self.gated or (self.replay is not None and not self.replay.keeps_correction)
 
     @property
     def constrained_share(self) -> float:
@@ -196,10 +161,9 @@ class LearnedScorer:
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> Scores:
         if state is not self._profiled_state:  # a live scheduler is never prepared
             self._choose_profile(state)
-            self.replay = self.live = None  # replays speak for the cluster they were made on only
+            self.replay = None  # replays speak for the cluster they were prepared on only
         base, delta = self.features.fgd.score_with_delta(state, pod, nodes)
         self.features.follow_window(state)
-        self._follow_live_replays(state)
         if self.left_to_fgd:
             return base
         p = self.features.pod_features(state, pod, nodes.size)
@@ -223,7 +187,7 @@ class LearnedPolicy:
         if scorer is None:
             try:
                 nets, _ = load_checkpoint(self.settings.checkpoint)
-                self.scorer = LearnedScorer(nets, live_replays=self.settings.live_replays)
+                self.scorer = LearnedScorer(nets)
             except CheckpointError as exc:
                 self.load_error = str(exc)
                 if self.settings.checkpoint.is_file():
