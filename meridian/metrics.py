@@ -65,6 +65,15 @@ def gpu_alloc_pct(state: ClusterState) -> float | None:
     return 100.0 * (cap - float(state.gpu_free_milli[state.gpu_exists].sum())) / cap
 
 
+def gpu_idle_split(state: ClusterState) -> tuple[float, float]:
+    """Idle GPU capacity in GPUs, as (on devices partly in use, on wholly free devices). Shares of one
+    device leave the first; whole devices stranded by CPU or memory, or waiting for a multi-GPU pod,
+    the second."""
+    free = state.gpu_free_milli[state.gpu_exists]
+    partial = (free > 0) & (free < MILLI_GPU_PER_DEVICE)
+    return float(free[partial].sum()) / MILLI_GPU_PER_DEVICE, float((free == MILLI_GPU_PER_DEVICE).sum())
+
+
 def util_variance(state: ClusterState) -> float:
     """Variance across nodes of the mean of CPU and memory allocation fractions."""
     cpu = state.req_milli_cpu / np.maximum(state.alloc_milli_cpu, 1)

@@ -16,6 +16,7 @@ the core stays free of component imports.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -26,6 +27,7 @@ from meridian import metrics
 from meridian.cluster_state import ClusterState, Placement
 from meridian.fragmentation import TargetWorkload
 from meridian.model import GIB, MIB, Node, Pod, Resources
+from meridian.packing_bound import share_packing_bound
 
 SCENARIOS = ("openb", "timeline", "seed-50x200")
 
@@ -100,9 +102,11 @@ def run_arrivals(
     cap = metrics.gpu_capacity_milli(state)
     result = RunResult(policy=policy.name, scenario=scenario, seed=seed)
     arrived_gpu, next_mark = 0, curve_every_pct
+    placed_shares: Counter[int] = Counter()  # milli-GPU share → placed pods, for the packing bound
     t0 = time.perf_counter()
     for i, pod in enumerate(pods):
-        _timed_place(policy, state, pod, result)
+        if _timed_place(policy, state, pod, result) is not None and pod.requests.gpu_milli:
+            placed_shares[pod.requests.gpu_milli] += 1
         arrived_gpu += pod.requests.gpu_milli_total
         while cap and arrived_gpu * 100 >= next_mark * cap:
             frag = metrics.gpu_fragmentation(state, target)
@@ -111,6 +115,8 @@ def run_arrivals(
                 "frag_gpu_pct": frag[0] if frag else 0.0,
                 "frag_ratio_pct": frag[1] if frag else 0.0,
             }
+            if next_mark == 100:
+                result.curve[100].update(_idle_at_full(state, placed_shares))
             next_mark += curve_every_pct
         if on_step is not None:
             on_step(i)
@@ -119,6 +125,14 @@ def run_arrivals(
     frag = metrics.gpu_fragmentation(state, target)
     result.final["frag_gpu_pct"] = frag[0] if frag else None
     return result
+
+
+def _idle_at_full(state: ClusterState, placed_shares: Counter[int]) -> dict[str, float]:
+    """Where the idle GPUs are when the arrived request reaches capacity, and the least idle capacity
+    any packing of the same placed shares must leave (:mod:`meridian.packing_bound`)."""
+    partial, whole = metrics.gpu_idle_split(state)
+    return {"idle_partial_gpus": partial, "idle_whole_gpus": whole,
+            "share_idle_bound_gpus": share_packing_bound(placed_shares).idle_gpus}
 
 
 def run_timeline(

@@ -115,6 +115,12 @@ def summarize(results: Sequence[RunResult], total_gpus: int) -> dict[str, Any]:
         "gpu_alloc_pct_at_100": alloc100,
         "unallocated_gpus_at_100": None if alloc100 is None else (100.0 - alloc100) / 100.0 * total_gpus,
         "frag_gpu_pct_at_100": _mean([c["frag_gpu_pct"] if c else None for c in at100]),
+        # The unallocated GPUs split by where they sit, and the idle capacity that no packing of the
+        # same placed GPU shares can avoid (meridian.packing_bound): partial − bound is what a better
+        # placement of those shares could still win; whole GPUs are stranded by CPU, memory or size.
+        "idle_partial_gpus_at_100": _mean([c.get("idle_partial_gpus") if c else None for c in at100]),
+        "idle_whole_gpus_at_100": _mean([c.get("idle_whole_gpus") if c else None for c in at100]),
+        "share_idle_bound_gpus_at_100": _mean([c.get("share_idle_bound_gpus") if c else None for c in at100]),
         "gpu_alloc_pct_at_130": _mean([r.curve[130]["gpu_alloc_pct"] if 130 in r.curve else None for r in results]),
         "gpu_alloc_pct_time_mean": _mean([r.final.get("mean_gpu_alloc_pct") for r in results]),
         "failure_rate": _mean([r.failure_rate for r in results]),

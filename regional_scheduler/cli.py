@@ -63,15 +63,20 @@ def bench_placement(
                 progress.remove_task(task)
     summary = {name: bp.summarize(runs, total_gpus) for name, runs in results.items()}
     table = Table(title=f"meridian bench placement — {scenario}{' (online)' if online else ''}, {len(seed_list)} seed(s)")
-    for col in ("policy", "GPU alloc @100%", "unalloc GPUs", "frag GPU %", "fail rate", "CPU alloc %",
+    for col in ("policy", "GPU alloc @100%", "unalloc GPUs", "in shared GPUs", "share bound", "frag GPU %", "fail rate", "CPU alloc %",
                 "frag (gini)", "util var", "p50 ms", "p99 ms", "s/seed"):
         table.add_column(col, justify="right" if col != "policy" else "left")
     for name, s in summary.items():
         table.add_row(name, _fmt(s["gpu_alloc_pct_at_100"]), _fmt(s["unallocated_gpus_at_100"], 0),
+                      _fmt(s["idle_partial_gpus_at_100"], 0), _fmt(s["share_idle_bound_gpus_at_100"], 0),
                       _fmt(s["frag_gpu_pct_at_100"]), _fmt(s["failure_rate"], 4), _fmt(s["cpu_alloc_pct"]),
                       _fmt(s["frag_gini"]), _fmt(s["util_variance"], 4), _fmt(s["decision_ms_p50"], 3),
                       _fmt(s["decision_ms_p99"], 3), _fmt(s["wall_s_per_seed"], 1))
     console.print(table)
+    if any(s["share_idle_bound_gpus_at_100"] is not None for s in summary.values()):
+        console.print("in shared GPUs: unallocated capacity on GPUs partly in use; share bound: the least of it any "
+                      "packing of the same placed GPU shares must leave (an LP bound), so the difference is what a "
+                      "better placement of them could still win")
     for name, s in summary.items():
         if s.get("over_budget_decisions") is not None:  # the learned policy: budget counted, not enforced
             console.print(f"{name}: {s['over_budget_decisions']:.0f} decision(s) over the serving budget "
