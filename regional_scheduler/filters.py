@@ -23,12 +23,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
 from meridian.cluster_state import ClusterState
 from meridian.model import Pod, TaintEffect
 
+# A filter returns a new mask of the nodes it accepts (never a view of the state: the diagnosis
+# reads it later).
 FilterFn = Callable[[ClusterState, Pod], np.ndarray]
 
 
@@ -97,10 +100,22 @@ FILTERS: dict[str, FilterFn] = {
 
 @dataclass
 class Diagnosis:
-    """How many nodes each filter rejected (a node is charged to the first filter that rejects it)."""
+    """How many nodes each filter rejected (a node is charged to the first filter that rejects it).
+
+    The counts are taken on first read: the scheduler reads them only for a pod that fits no node,
+    and counting costs a pass over the nodes per filter on every decision."""
 
     n_nodes: int
-    rejected_by: dict[str, int] = field(default_factory=dict)
+    verdicts: list[tuple[str, np.ndarray]] = field(default_factory=list, repr=False)  # (filter, its mask)
+
+    @cached_property
+    def rejected_by(self) -> dict[str, int]:
+        remaining = np.ones(self.n_nodes, dtype=bool)
+        counts: dict[str, int] = {}
+        for name, ok in self.verdicts:
+            counts[name] = int(np.count_nonzero(remaining & ~ok))
+            remaining &= ok
+        return counts
 
     @property
     def summary(self) -> str:
@@ -114,6 +129,6 @@ def run_filters(state: ClusterState, pod: Pod, filters: dict[str, FilterFn] | No
     diagnosis = Diagnosis(n_nodes=state.n_nodes)
     for name, fn in (filters or FILTERS).items():
         ok = fn(state, pod)
-        diagnosis.rejected_by[name] = int(np.count_nonzero(mask & ~ok))
+        diagnosis.verdicts.append((name, ok))
         mask &= ok
     return mask, diagnosis

@@ -382,6 +382,7 @@ class NumpyPlacementNet:
         self.gate_unused = net.gate_unused
         self.gate_constrained = net.gate_constrained
         self.gate_gpu_pods = net.gate_gpu_pods
+        self.gate_share = net.gate_share  # read on every decision: a torch Module's attribute lookup is slow
         self.mean = sd["feature_mean"]
         self.inv_std = (1.0 / sd["feature_std"]).astype(np.float32)
         w0 = sd["mlp.0.weight"]  # (H, n_node + n_pod + 2 n_node)
@@ -441,12 +442,27 @@ class NumpyPlacementNet:
                                lambda idx: self.predict(node_features(idx), pod_features))
 
     def residual_columns(self, base: np.ndarray, node_features: Callable[[np.ndarray, np.ndarray], np.ndarray],
-                         pod_features: np.ndarray) -> np.ndarray:
-        """:meth:`residual` with ``node_features(idx, columns)`` asked only for :attr:`columns`."""
+                         pod_features: np.ndarray, unused: Callable[[np.ndarray], np.ndarray] | None = None
+                         ) -> np.ndarray:
+        """:meth:`residual` with ``node_features(idx, columns)`` asked only for :attr:`columns`.
+
+        ``unused(idx)``: which candidates are unused nodes (the ``node_unused`` feature). With
+        ``gate_unused`` a linear correction gives every unused node the same constant, so their
+        features are never built: early in a run most of FGD's near-best nodes are empty."""
         if self._fgd_only(pod_features):
             return residual_logits(base, self.residual_bound, lambda idx: np.zeros(len(idx)))
-        return residual_logits(base, self.residual_bound,
-                               lambda idx: self.predict(node_features(idx, self.columns), pod_features))
+        if unused is None or not (self.linear and self.gate_unused):
+            return residual_logits(base, self.residual_bound,
+                                   lambda idx: self.predict(node_features(idx, self.columns), pod_features))
+
+        def correction(idx: np.ndarray) -> np.ndarray:
+            g = np.full(idx.size, self._g_unused)
+            used = np.flatnonzero(~unused(idx))
+            if used.size:
+                g[used] = self.predict(node_features(idx[used], self.columns), pod_features)
+            return g
+
+        return residual_logits(base, self.residual_bound, correction)
 
     def _fgd_only(self, pod_features: np.ndarray) -> bool:
         """``g ≡ 0`` for this pod (no node features needed): ``gate_constrained`` and a model-constrained

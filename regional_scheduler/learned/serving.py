@@ -146,7 +146,7 @@ class LearnedScorer:
     @property
     def gated(self) -> bool:
         """True while the workload is left to FGD: its constrained share is ≥ the profile's ``gate_share``."""
-        gate = self.net.gate_share
+        gate = self.fast[self.profile].gate_share
         return gate is not None and self.constrained_share >= gate
 
     def _choose_profile(self, state: ClusterState) -> None:
@@ -170,7 +170,8 @@ class LearnedScorer:
         # FGD's deltas of the candidates are a feature: handed over rather than looked up again.
         scores = self.fast[self.profile].residual_columns(
             base.scores, lambda idx, cols: self.features.node_features(
-                state, pod, nodes[idx], cols, fgd_delta=(delta[idx], base.devices[idx]))[0], p)
+                state, pod, nodes[idx], cols, fgd_delta=(delta[idx], base.devices[idx]))[0], p,
+            unused=lambda idx: self.features.unused(state, nodes[idx]))
         return Scores(scores, base.devices)
 
 

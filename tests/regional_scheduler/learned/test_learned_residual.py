@@ -341,3 +341,65 @@ def test_fgds_handed_over_deltas_give_the_features_fgd_would_look_up(openb_slice
         if placement is not None:
             state.allocate(pod, placement)
     assert compared > 200
+
+
+def test_one_node_refresh_gives_the_vectorised_refresh_bits(openb_slice) -> None:
+    """A decision refreshes the cached features of the one node the last placement changed in Python
+    floats (``_fill_one``); every node, at several points of a run, must get the same bits as the
+    vectorised refresh."""
+    from regional_scheduler.learned.features import _NodeCache
+
+    nodes, workload, arrivals = openb_slice
+    state = ClusterState.from_nodes(nodes)
+    builder = FeatureBuilder()
+    builder.prepare(state, workload)
+    scheduler = Scheduler(FgdPolicy(), seed=0)
+    scheduler.prepare(state, workload)
+    every = np.arange(state.n_nodes)
+    checked, unused_shares = 0, []
+    for i, pod in enumerate(arrivals):
+        placement = scheduler.place(state, pod)
+        if placement is not None:
+            state.allocate(pod, placement)
+        if i % 150 == 0 or i == len(arrivals) - 1:
+            vectorised, one_by_one = _NodeCache(state), _NodeCache(state)
+            builder._fill(state, vectorised, every)
+            for node in every:
+                builder._fill_one(state, one_by_one, int(node))
+            for name in ("static", "free_cpu", "free_mem", "gpu_free_total", "idle"):
+                assert getattr(vectorised, name).tobytes() == getattr(one_by_one, name).tobytes(), (i, name)
+            checked += 1
+            unused_shares.append(float(vectorised.static[:, IDX["node_unused"]].mean()))
+    assert checked >= 6
+    assert any(0 < share < 1 for share in unused_shares)  # used and unused nodes in one check
+
+
+def test_unused_nodes_features_skipped_scores_unchanged(openb_slice) -> None:
+    """With ``gate_unused`` a linear correction gives every unused node one constant, so serving never
+    builds their features; the scores must be those of the path that builds them all."""
+    nodes, workload, arrivals = openb_slice
+    net = _linear_net({"gpu_count_abs": -3.0, "free_cpu_abs": -1.0, "fgd_delta_gpus": 2.0, "node_unused": 0.7},
+                      bound=0.95)
+    net.gate_unused = True
+    state = ClusterState.from_nodes(nodes)
+    scorer = LearnedScorer({"gpu": net}, replays=False)
+    scorer.prepare(state, workload)
+    fast = scorer.fast["gpu"]
+    mixed = 0
+    for pod in arrivals[:400]:
+        cand = np.flatnonzero(run_filters(state, pod)[0])
+        if cand.size == 0:
+            continue
+        served = scorer.score(state, pod, cand)
+        base, delta = scorer.features.fgd.score_with_delta(state, pod, cand)
+        everything = fast.residual_columns(
+            base.scores, lambda idx, cols, pod=pod, cand=cand, delta=delta, devices=base.devices:
+            scorer.features.node_features(state, pod, cand[idx], cols, fgd_delta=(delta[idx], devices[idx]))[0],
+            scorer.features.pod_features(state, pod, cand.size))
+        # Equal up to float32 rounding: a matrix product over fewer rows may sum in another order.
+        np.testing.assert_allclose(served.scores, everything, rtol=0, atol=1e-6)
+        unused = scorer.features.unused(state, cand)
+        mixed += bool(unused.any() and not unused.all())
+        pick = int(np.argmax(served.scores))
+        state.allocate(pod, state.choose_devices(int(cand[pick]), pod))
+    assert mixed > 50
