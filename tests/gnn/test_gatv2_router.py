@@ -134,3 +134,64 @@ def test_batched_features_match_one_by_one() -> None:
     batched = cluster_matrix_batch(c, ws)
     for i, w in enumerate(ws):
         assert np.allclose(batched[i], cluster_matrix(c, w), atol=1e-6)
+
+
+def _torch_logits(net: GnnRoutingNet, c: ClusterFeatures, w: WorkloadFeatures) -> np.ndarray:
+    g = net.graph(c, w)
+    net.model.eval()
+    with torch.inference_mode():
+        scores, defer = net.model(g.x, g.edge_index, g.edge_attr, g.workload)
+    return np.r_[scores.numpy(), float(defer[0])]
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_numpy_forward_equals_torch(layers: int) -> None:
+    """Decisions run the network in numpy (gnn.numpy_router); it must be the torch forward."""
+    set_random_seed(layers)
+    net = GnnRoutingNet(layers=layers)
+    for seed in range(5):
+        c, w = clusters(n=30, seed=seed), workload()
+        np.testing.assert_allclose(net.logits(c, w), _torch_logits(net, c, w), rtol=0, atol=2e-5)
+    assert net._fast is not None  # the numpy path ran
+
+
+def test_numpy_forward_of_the_committed_checkpoint_equals_torch() -> None:
+    net = GnnRoutingNet.load()
+    other = WorkloadFeatures(replicas=3, milli_cpu=2000.0, memory_bytes=4.0 * GIB, gpu=1.0, origin_region=2,
+                             latency_slo_ms=40.0, allowed_regions=None, deferrable=False, deadline_hours=0.0,
+                             weights=(0.7, 0.05, 0.15, 0.1))
+    for seed in range(4):
+        for w in (workload(), other):
+            np.testing.assert_allclose(net.logits(clusters(n=40, seed=seed), w),
+                                       _torch_logits(net, clusters(n=40, seed=seed), w), rtol=0, atol=2e-5)
+
+
+def test_numpy_forward_follows_training() -> None:
+    """Training changes the weights in place; the next decision must use the new ones."""
+    set_random_seed(3)
+    net = GnnRoutingNet()
+    c, w = clusters(seed=4), workload()
+    before = net.logits(c, w)
+    buffer = DecisionBuffer()
+    for s in range(8):
+        cs = clusters(seed=s)
+        target = np.zeros(7, dtype=np.float32)
+        target[int(np.argmax(cs.carbon_now))] = 1.0
+        buffer.add(DecisionSample(net.graph(cs, w), target, np.ones(7, dtype=bool)))
+    train_imitation(net, buffer, epochs=3, batch_size=8, lr=2e-2, seed=0)
+    after = net.logits(c, w)
+    assert not np.allclose(before, after)
+    np.testing.assert_allclose(after, _torch_logits(net, c, w), rtol=0, atol=2e-5)
+
+
+def test_a_graph_without_self_loops_keeps_the_torch_forward() -> None:
+    from gnn.gatv2_router import GATv2Router
+
+    set_random_seed(4)
+    plain = GnnRoutingNet()
+    model = GATv2Router(plain.model.in_channels, plain.model.workload_channels, plain.model.edge_channels,
+                        graph_self_loops=False)
+    net = GnnRoutingNet(model)
+    c, w = clusters(seed=1), workload()
+    np.testing.assert_allclose(net.logits(c, w), _torch_logits(net, c, w), rtol=0, atol=1e-6)
+    assert net._fast is None
