@@ -317,15 +317,21 @@ def test_gate_gpu_pods_leaves_every_gpu_pod_to_fgd(openb_slice, tmp_path: Path) 
     assert counts["cpu_moved"] > 0, "the correction should still move some CPU-only pods"
 
 
-def test_fgds_handed_over_deltas_give_the_features_fgd_would_look_up(openb_slice) -> None:
-    """Serving hands FGD's deltas of the candidates to the feature builder instead of looking them up
-    again: the features must be the same, through a run in which every node changes."""
+def _builder_beside_fgd(openb_slice) -> tuple[ClusterState, FeatureBuilder, Scheduler, list[Pod]]:
+    """The empty slice, a prepared feature builder, and an FGD scheduler to place the arrivals."""
     nodes, workload, arrivals = openb_slice
     state = ClusterState.from_nodes(nodes)
     builder = FeatureBuilder()
     builder.prepare(state, workload)
     scheduler = Scheduler(FgdPolicy(), seed=0)
     scheduler.prepare(state, workload)
+    return state, builder, scheduler, arrivals
+
+
+def test_fgds_handed_over_deltas_give_the_features_fgd_would_look_up(openb_slice) -> None:
+    """Serving hands FGD's deltas of the candidates to the feature builder instead of looking them up
+    again: the features must be the same, through a run in which every node changes."""
+    state, builder, scheduler, arrivals = _builder_beside_fgd(openb_slice)
     compared = 0
     for i, pod in enumerate(arrivals):
         candidates = np.flatnonzero(run_filters(state, pod)[0])
@@ -349,12 +355,7 @@ def test_one_node_refresh_gives_the_vectorised_refresh_bits(openb_slice) -> None
     vectorised refresh."""
     from regional_scheduler.learned.features import _NodeCache
 
-    nodes, workload, arrivals = openb_slice
-    state = ClusterState.from_nodes(nodes)
-    builder = FeatureBuilder()
-    builder.prepare(state, workload)
-    scheduler = Scheduler(FgdPolicy(), seed=0)
-    scheduler.prepare(state, workload)
+    state, builder, scheduler, arrivals = _builder_beside_fgd(openb_slice)
     every = np.arange(state.n_nodes)
     checked, unused_shares = 0, []
     for i, pod in enumerate(arrivals):
