@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import time
 from collections import deque
@@ -227,7 +228,8 @@ class LearnedPolicy:
         except Exception as exc:  # any model failure must not stop scheduling
             return self._fall_back("model_error", f"{type(exc).__name__}: {exc}", state, pod, nodes)
         elapsed_ms = (time.perf_counter() - t0) * 1e3
-        if not np.all(np.isfinite(result.scores)):
+        # One reduction: a sum is finite iff every (bounded, ~0–100) score is.
+        if not math.isfinite(float(result.scores.sum())):
             return self._fall_back("model_error", "non-finite score", state, pod, nodes)
         if elapsed_ms > self.settings.budget_ms:
             self.over_budget += 1

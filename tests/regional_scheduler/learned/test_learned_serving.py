@@ -132,6 +132,16 @@ class _NaN(LearnedScorer):
         return type(result)(np.full(nodes.size, np.nan), result.devices)
 
 
+class _OneInf(LearnedScorer):
+    """One non-finite score among finite ones (the last node's, so the first finite ones would win)."""
+
+    def score(self, state, pod, nodes):
+        result = super().score(state, pod, nodes)
+        scores = np.array(result.scores, dtype=float)
+        scores[-1] = np.inf
+        return type(result)(scores, result.devices)
+
+
 @pytest.mark.parametrize(
     ("make", "reason"),
     [
@@ -142,6 +152,7 @@ class _NaN(LearnedScorer):
                      "bad_checkpoint", id="broken-checkpoint"),
         pytest.param(lambda nets, tmp: LearnedPolicy(scorer=_Broken(nets)), "model_error", id="model-raises"),
         pytest.param(lambda nets, tmp: LearnedPolicy(scorer=_NaN(nets)), "model_error", id="model-returns-nan"),
+        pytest.param(lambda nets, tmp: LearnedPolicy(scorer=_OneInf(nets)), "model_error", id="one-score-inf"),
         pytest.param(lambda nets, tmp: LearnedPolicy(ServingSettings(budget_ms=1e-6), scorer=LearnedScorer(nets)),
                      "timeout", id="over-budget"),
     ],
