@@ -64,16 +64,17 @@ class GnnRoutingNet:
         edge_index, edge_attr = self.builder.edges(clusters)
         if self.model.training:
             self.model.eval()
-        out = np.empty(node.shape[0] + 1)
         fast = self._numpy_forward()
         if fast is not None:
-            scores_np, out[-1] = fast.forward(x, edge_index, edge_attr, wl)
-            out[:-1] = scores_np
-            return out
-        with torch.inference_mode():
-            scores, defer = self.model(torch.from_numpy(x), edge_index, edge_attr, torch.from_numpy(wl).unsqueeze(0))
-        out[:-1] = scores.numpy()
-        out[-1] = float(defer[0])
+            scores, defer = fast.forward(x, edge_index, edge_attr, wl)
+        else:
+            with torch.inference_mode():
+                t_scores, t_defer = self.model(torch.from_numpy(x), edge_index, edge_attr,
+                                               torch.from_numpy(wl).unsqueeze(0))
+            scores, defer = t_scores.numpy(), float(t_defer[0])
+        out = np.empty(node.shape[0] + 1)
+        out[:-1] = scores
+        out[-1] = defer
         return out
 
     def _numpy_forward(self) -> NumpyGATv2Router | None:

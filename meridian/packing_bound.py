@@ -80,9 +80,9 @@ def share_packing_bound(shares: Mapping[int, int], *, capacity: int = MILLI_GPU_
                         max_iterations: int = MAX_ITERATIONS) -> ShareBound:
     """Lower bound on the devices needed to hold ``shares`` ({milli-GPU share: pod count})."""
     items = sorted((int(s), int(n)) for s, n in shares.items() if n > 0)
-    if any(s <= 0 or s > capacity for s, _ in items):
-        bad = next(s for s, _ in items if s <= 0 or s > capacity)
-        raise ValueError(f"a GPU share must be in 1..{capacity} milli-GPU, got {bad}")
+    for s, _ in items:
+        if not 0 < s <= capacity:
+            raise ValueError(f"a GPU share must be in 1..{capacity} milli-GPU, got {s}")
     if not items:
         return ShareBound(0.0, 0.0, 0)
     sizes = np.array([s for s, _ in items], dtype=np.int64)
