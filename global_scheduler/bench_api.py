@@ -38,13 +38,14 @@ class ApiBenchResult:
     policy: str
     clients: int
     clusters: int
+    routing_process: bool
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
 def _server_main(redis_url: str, prefix: str, policy: str, port_q: mp.Queue, stop_ev: mp.Event,
-                 stats_q: mp.Queue, gil_switch_interval_ms: float | None) -> None:
+                 stats_q: mp.Queue, gil_switch_interval_ms: float | None, routing_process: bool) -> None:
     import gc
     import sys
 
@@ -79,7 +80,7 @@ def _server_main(redis_url: str, prefix: str, policy: str, port_q: mp.Queue, sto
     settings = GlobalSchedulerSettings(api={"listen": "127.0.0.1:0", "max_workers": 16,
                                             "gil_switch_interval_ms": gil_switch_interval_ms},
                                        bus={"url": redis_url, "key_prefix": prefix},
-                                       routing={"policy": policy},
+                                       routing={"policy": policy, "worker_process": routing_process},
                                        registry={"cluster_timeout_s": 3600.0})
     engine = GlobalScheduler(settings=settings, bus=open_bus(redis_url, key_prefix=prefix))
     running = build_server(engine)
@@ -93,9 +94,15 @@ def _server_main(redis_url: str, prefix: str, policy: str, port_q: mp.Queue, sto
             break
         time.sleep(0.2)
     ms = np.array(engine.decision_seconds) * 1000 if engine.decision_seconds else np.zeros(1)
-    stats_q.put({"stored": len(engine.store), "dispatched_total": engine.dispatched_total,
+    lag = np.array(engine.dispatch_lag_seconds) * 1000 if engine.dispatch_lag_seconds else np.zeros(1)
+    stats_q.put({"routing_worker_pid": engine.worker.pid if engine.worker else None,
+                 "routing_worker_restarts": engine.worker.restarts if engine.worker else 0,
+                 "stored": len(engine.store), "dispatched_total": engine.dispatched_total,
                  "pending": engine.store.counts_by_state().get(1, 0),
                  "decision_ms_p50": float(np.percentile(ms, 50)), "decision_ms_p99": float(np.percentile(ms, 99)),
+                 "dispatch_lags": len(engine.dispatch_lag_seconds),
+                 "dispatch_lag_ms_p50": float(np.percentile(lag, 50)),
+                 "dispatch_lag_ms_p99": float(np.percentile(lag, 99)), "dispatch_lag_ms_max": float(lag.max()),
                  "switch_interval_ms": sys.getswitchinterval() * 1000, "gc_collections": len(gc_pauses),
                  "gc_pause_ms_max": max(gc_pauses, default=0.0) * 1000,
                  "gc_pause_ms_total": sum(gc_pauses) * 1000,
@@ -185,7 +192,7 @@ def publish_clusters(redis_url: str, prefix: str, clusters: int) -> None:
 
 def run_api_bench(*, redis_url: str, rate: float = 1200.0, duration_s: float = 10.0, clients: int = 2,
                   clusters: int = 10, policy: str = "gnn",
-                  gil_switch_interval_ms: float | None = 0.5) -> ApiBenchResult:
+                  gil_switch_interval_ms: float | None = 0.5, routing_process: bool = True) -> ApiBenchResult:
     from global_scheduler.store import WORKLOADS_KEY
     from meridian.bus import dispatch_stream, open_bus
     from protos import dispatch_pb2 as dpb
@@ -197,22 +204,28 @@ def run_api_bench(*, redis_url: str, rate: float = 1200.0, duration_s: float = 1
     out_q: mp.Queue = ctx.Queue()
     stop_ev = ctx.Event()
     publish_clusters(redis_url, prefix, clusters)
+    # Not daemonic: a daemonic process may not start children, and the server starts its routing worker.
     server = ctx.Process(target=_server_main, args=(redis_url, prefix, policy, port_q, stop_ev, stats_q,
-                                                            gil_switch_interval_ms), daemon=True)
+                                                            gil_switch_interval_ms, routing_process))
     server.start()
-    port = port_q.get(timeout=120)
-    time.sleep(1.5)  # the registry reads the summaries
-    start_at = time.time() + 2.0
-    procs = [ctx.Process(target=_client_main, args=(port, rate / clients, duration_s, i, start_at, out_q), daemon=True)
-             for i in range(clients)]
-    for p in procs:
-        p.start()
-    results = [out_q.get(timeout=duration_s + 180) for _ in procs]
-    for p in procs:
-        p.join(timeout=10)
-    stop_ev.set()
-    stats = stats_q.get(timeout=180)
-    server.join(timeout=30)
+    try:
+        port = port_q.get(timeout=120)
+        time.sleep(1.5)  # the registry reads the summaries
+        start_at = time.time() + 2.0
+        procs = [ctx.Process(target=_client_main, args=(port, rate / clients, duration_s, i, start_at, out_q),
+                             daemon=True) for i in range(clients)]
+        for p in procs:
+            p.start()
+        results = [out_q.get(timeout=duration_s + 180) for _ in procs]
+        for p in procs:
+            p.join(timeout=10)
+        stop_ev.set()
+        stats = stats_q.get(timeout=180)
+        server.join(timeout=30)
+    finally:
+        if server.is_alive():  # a failed run must not leave the server (and its routing worker) behind
+            server.terminate()
+            server.join(timeout=10)
     latencies = np.concatenate([np.array(r["latencies"]) for r in results]) * 1000
     sent_at = np.concatenate([np.array(r["sent_at"]) for r in results])
     per_second_p99 = [round(float(np.percentile(latencies[(sent_at >= s) & (sent_at < s + 1)], 99)), 1)
@@ -241,7 +254,7 @@ def run_api_bench(*, redis_url: str, rate: float = 1200.0, duration_s: float = 1
         latency_ms_p50=float(np.percentile(lat, 50)), latency_ms_p99=float(np.percentile(lat, 99)),
         latency_ms_max=float(lat.max()), dispatched_entries=entries, dispatched_unique=len(seen),
         duplicates=sum(c - 1 for c in seen.values() if c > 1), missing=len(accepted - set(seen)),
-        policy=policy, clients=clients, clusters=clusters)
+        policy=policy, clients=clients, clusters=clusters, routing_process=routing_process)
     res.__dict__.update({"server_" + k: v for k, v in stats.items()})
     res.__dict__["cpu_count"] = os.cpu_count()
     res.__dict__["latency_ms_p99_per_second"] = per_second_p99

@@ -472,14 +472,19 @@ def register(cli: CliRoot) -> None:
         gil_switch_ms: float = typer.Option(0.5, "--gil-switch-ms", min=0.0,
                                             help="The server's thread switch interval (api.gil_switch_interval_ms); "
                                                  "0 keeps Python's default 5 ms, for comparison."),
+        routing_process: bool = typer.Option(True, "--routing-process/--routing-in-api",
+                                             help="Route in a child process (routing.worker_process) or in a "
+                                                  "thread of the API's process."),
     ) -> None:
         """Sustained SubmitWorkload load over loopback; checks every accepted workload is dispatched once."""
         from global_scheduler.bench_api import run_api_bench
 
         with console.status(f"{rate:.0f} calls/s for {duration:.0f} s…"):
             r = run_api_bench(redis_url=redis_url, rate=rate, duration_s=duration, clients=clients, clusters=clusters,
-                              policy=policy, gil_switch_interval_ms=gil_switch_ms or None)
-        table = Table(title=f"SubmitWorkload over loopback ({clients} client processes, policy {policy})")
+                              policy=policy, gil_switch_interval_ms=gil_switch_ms or None,
+                              routing_process=routing_process)
+        where = "a routing process" if routing_process else "routing in the API's process"
+        table = Table(title=f"SubmitWorkload over loopback ({clients} client processes, policy {policy}, {where})")
         for col in ("offered/s", "accepted", "errors", "throughput/s", "p50 ms", "p99 ms", "max ms", "dispatched",
                     "duplicates", "missing"):
             table.add_column(col, justify="right")
@@ -490,7 +495,9 @@ def register(cli: CliRoot) -> None:
         d = r.as_dict()
         console.print(f"server: GIL switch interval {d['server_switch_interval_ms']:.2f} ms; "
                       f"{d['server_gc_collections']} GC collections, longest {d['server_gc_pause_ms_max']:.1f} ms; "
-                      f"routing p99 {d['server_decision_ms_p99']:.2f} ms per workload")
+                      f"routing p99 {d['server_decision_ms_p99']:.2f} ms per workload; accepted → dispatched "
+                      f"p50 {d['server_dispatch_lag_ms_p50']:.0f} / p99 {d['server_dispatch_lag_ms_p99']:.0f} / "
+                      f"max {d['server_dispatch_lag_ms_max']:.0f} ms")
         if json_out is not None:
             json_out.parent.mkdir(parents=True, exist_ok=True)
             json_out.write_text(json.dumps(d, indent=2))

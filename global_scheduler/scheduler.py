@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -38,9 +38,16 @@ import numpy as np
 from global_scheduler.registry import ClusterRegistry
 from global_scheduler.routing.base import DEFER, NO_CLUSTER, Router, RoutingPolicy
 from global_scheduler.routing.registry import get_policy
+from global_scheduler.routing_pass import (
+    PassItem,
+    PassResult,
+    RoutingWorker,
+    RoutingWorkerRestingError,
+    decide_pass,
+)
 from global_scheduler.settings import GlobalSchedulerSettings
 from global_scheduler.store import ACTIVE_ON_CLUSTER, TERMINAL, WorkloadStore
-from gnn.features import ClusterFeatures, WorkloadFeatures, crit_utilisation
+from gnn.features import ClusterFeatures, WorkloadFeatures
 from meridian import observability as obs
 from meridian.bus import (
     SUMMARY_STREAM,
@@ -80,13 +87,20 @@ class GlobalScheduler:
         self.store = WorkloadStore(bus if settings.store.persist else None)
         self.registry = ClusterRegistry(cluster_timeout_s=settings.registry.cluster_timeout_s,
                                         default_rtt_ms=settings.registry.default_rtt_ms)
+        kwargs = {"checkpoint": settings.routing.checkpoint} if settings.routing.policy == "gnn" else {}
+        self.worker: RoutingWorker | None = None
+        if settings.routing.worker_process:
+            if policy is not None:
+                raise ValueError("routing.worker_process builds its policy from routing.policy in the child; "
+                                 "pass no policy object")
+            self.worker = RoutingWorker(settings.routing.policy, kwargs, timeout_s=settings.routing.worker_timeout_s)
         if policy is None:
-            kwargs = {"checkpoint": settings.routing.checkpoint} if settings.routing.policy == "gnn" else {}
             policy = get_policy(settings.routing.policy, **kwargs)
         self.router = Router(policy)
         self.policy_name = getattr(policy, "name", type(policy).__name__)
         self._latency = obs.DECISION_LATENCY.labels(component="global", policy=self.policy_name)
-        self._fallbacks_seen = 0
+        self._dispatch_lag = obs.DISPATCH_LAG.labels(policy=self.policy_name)
+        self._fallbacks_seen: dict[int, int] = {}  # per process that routed (see routing_pass.PassResult)
         self._queue: deque[str] = deque()
         self._queued: set[str] = set()
         self._deferred: dict[str, float] = {}
@@ -98,10 +112,19 @@ class GlobalScheduler:
         self._slo_crit: dict[str, dict[str, float]] = {}
         self._slo_lock = threading.Lock()
         self.decision_seconds: deque[float] = deque(maxlen=100_000)
+        # Accepted → dispatch published, per dispatch (a reroute counts again, from the first acceptance).
+        self.dispatch_lag_seconds: deque[float] = deque(maxlen=100_000)
+        self.routed_by: Counter[int] = Counter()  # workloads decided, per process id (the routing worker's or ours)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         self.bus.ensure_group(SUMMARY_STREAM, self.instance, start_id="0")
+        if self.worker is not None:
+            try:
+                log.info("routing worker process %d is up", self.worker.start())
+            except Exception as exc:  # routing still works, in this process
+                log.error("routing worker did not start (%s: %s); routing in the API's process until it does",
+                          type(exc).__name__, exc)
         self.resume()
         if self.settings.routing.gc_freeze_interval_s:
             # Start-up (torch, the model, the restored store) leaves millions of objects; without this the first
@@ -138,6 +161,8 @@ class GlobalScheduler:
         for t in self._threads:
             t.join(timeout=timeout_s)
         self._threads.clear()
+        if self.worker is not None:
+            self.worker.close()
 
     def _guard(self, name: str, loop: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:
@@ -243,6 +268,19 @@ class GlobalScheduler:
         with self._slo_lock:
             return np.array([min(self._slo_crit.get(n, {}).values(), default=1.0) for n in names])
 
+    def _run_pass(self, names: list[str], feats: ClusterFeatures, items: list[PassItem]) -> PassResult:
+        if self.worker is not None and items:
+            try:
+                return self.worker.run(names, feats, items)
+            except RoutingWorkerRestingError:
+                pass
+            except Exception as exc:
+                log.warning("routing worker failed (%s: %s); this pass is routed in the API's process and the "
+                            "next one starts a new worker", type(exc).__name__, exc)
+                obs.POLICY_FALLBACKS.labels(component="global", policy=self.policy_name,
+                                            reason="routing worker failed").inc()
+        return decide_pass(self.router, names, feats, items)
+
     def route_batch(self, batch: list[str]) -> None:
         now = self.clock()
         names, regions, feats = self.registry.features(now)
@@ -258,45 +296,25 @@ class GlobalScheduler:
             entry = self.store.entry(wid)
             if entry is None or entry.workload.state != api.WORKLOAD_STATE_PENDING:
                 continue
-            todo.append((wid, entry, self._workload_features(entry.workload, entry.requests, regions, now)))
-        # One batched forward pass for the whole batch when the policy offers it (the GNN); each decision
-        # is still filtered, refined and selected on the clusters as earlier ones in the batch left them.
-        batch_scores = None
-        score_batch = getattr(self.router.policy, "score_batch", None)
-        per_decision_batch_s = 0.0
-        if score_batch is not None and len(todo) > 1:
-            t0 = time.perf_counter()
-            batch_scores = score_batch(feats, [wf for _, _, wf in todo])
-            per_decision_batch_s = (time.perf_counter() - t0) / len(todo)
-        for k, (wid, entry, wf) in enumerate(todo):
+            r = entry.requests
+            need = entry.workload.spec.replicas * np.array([r.milli_cpu, r.memory_bytes, r.gpu_fraction])
+            todo.append((wid, entry, PassItem(self._workload_features(entry.workload, r, regions, now),
+                                              frozenset(entry.excluded_clusters), tuple(map(float, need)))))
+        result = self._run_pass(names, feats, [item for _, _, item in todo])
+        self.routed_by[result.pid] += len(result.decisions)
+        for (wid, entry, item), decision in zip(todo, result.decisions, strict=True):
             w = entry.workload
-            excluded = entry.excluded_clusters
-            t0 = time.perf_counter()
-            if batch_scores is not None:
-                mask = np.array([n in excluded for n in names]) if excluded else None
-                decision = self.router.decide_scored(feats, wf, batch_scores[k], mask)
-            else:
-                view = _without(feats, [i for i, n in enumerate(names) if n in excluded]) if excluded else feats
-                decision = self.router.decide(lambda view=view: view, wf)
-            elapsed = time.perf_counter() - t0 + per_decision_batch_s
-            self.decision_seconds.append(elapsed)
-            self._latency.observe(elapsed)
+            self.decision_seconds.append(decision.seconds)
+            self._latency.observe(decision.seconds)
             if decision.cluster >= 0:
                 c = decision.cluster
                 cluster = names[c]
                 attempt = w.attempt + 1
                 r = entry.requests
-                need = w.spec.replicas * np.array([r.milli_cpu, r.memory_bytes, r.gpu_fraction])
-                feats.free_milli_cpu[c] = max(0.0, feats.free_milli_cpu[c] - need[0])
-                feats.free_memory_bytes[c] = max(0.0, feats.free_memory_bytes[c] - need[1])
-                feats.free_gpu[c] = max(0.0, feats.free_gpu[c] - need[2])
-                self.registry.reserve(cluster, *need)
-                if wf.latency_slo_ms > 0 and wf.origin_region >= 0:
-                    crit = float(crit_utilisation(feats.rtt_ms[wf.origin_region, feats.region_index[c]],
-                                                  np.array(wf.latency_slo_ms), feats.service_ms))
+                self.registry.reserve(cluster, *item.need)
+                if decision.slo_crit is not None:
                     with self._slo_lock:
-                        self._slo_crit.setdefault(cluster, {})[wid] = crit
-                    feats.tightest_slo_utilisation[c] = min(feats.tightest_slo_utilisation[c], crit)
+                        self._slo_crit.setdefault(cluster, {})[wid] = decision.slo_crit
                 updated = self.store.update(wid, expect_attempt=w.attempt, copy=False,
                                             state=api.WORKLOAD_STATE_DISPATCHED,
                                             cluster=cluster, region=regions[feats.region_index[c]], attempt=attempt,
@@ -325,15 +343,15 @@ class GlobalScheduler:
                 obs.PLACEMENT_FAILURES.labels(component="global", cluster="", reason=reason).inc()
                 if fits is False:
                     self.store.update(wid, state=api.WORKLOAD_STATE_FAILED,
-                                      message="no allowed cluster can ever fit it: " + decision.explain(len(names)))
+                                      message="no allowed cluster can ever fit it: " + decision.explain)
                 else:
-                    self.store.update(wid, message="waiting: " + decision.explain(len(names)))
+                    self.store.update(wid, message="waiting: " + decision.explain)
                     self._hold(wid, now + 2.0)
-        fallbacks = getattr(self.router.policy, "fallbacks", 0)
-        if fallbacks > self._fallbacks_seen:
+        seen = self._fallbacks_seen.get(result.pid, 0)
+        if result.fallbacks > seen:
             obs.POLICY_FALLBACKS.labels(component="global", policy=self.policy_name, reason="model unavailable").inc(
-                fallbacks - self._fallbacks_seen)
-            self._fallbacks_seen = fallbacks
+                result.fallbacks - seen)
+            self._fallbacks_seen[result.pid] = result.fallbacks
         if outgoing:
             # The attempts are durable before any cluster hears of them (a restart never dispatches twice).
             try:
@@ -347,6 +365,13 @@ class GlobalScheduler:
                 self.bus.publish_many(dispatch_stream(cluster), [p for _, _, p in items],
                                       maxlen=self.settings.bus.dispatch_maxlen)
                 self.dispatched_total += len(items)
+                sent = self.clock()
+                for wid, _, _ in items:
+                    entry = self.store.entry(wid)
+                    if entry is not None:
+                        lag = sent - entry.workload.created_unix_s
+                        self.dispatch_lag_seconds.append(lag)
+                        self._dispatch_lag.observe(lag)
                 obs.PLACEMENTS.labels(component="global", cluster=cluster, policy=self.policy_name).inc(len(items))
             except (BusUnavailableError, BusError) as exc:
                 self._requeue(cluster, items, str(exc))
@@ -488,9 +513,3 @@ class GlobalScheduler:
                 for wid in self.store.on_cluster(cluster):
                     self.reroute(wid, reason=f"cluster {cluster} stopped reporting", release_on=cluster)
 
-
-def _without(feats: ClusterFeatures, excluded: list[int]) -> ClusterFeatures:
-    ready = feats.ready.copy()
-    ready[excluded] = False
-    view = ClusterFeatures(**{**feats.__dict__, "ready": ready})
-    return view

@@ -54,6 +54,12 @@ class RoutingSettings(BaseModel):
     checkpoint: Path | None = Field(None, description="GNN checkpoint; default: the committed gnn/checkpoints/router.pt.")
     batch_max: int = Field(1024, ge=1, description="Most workloads routed per pass of the router loop; one "
                            "dispatch pipeline per pass.")
+    worker_process: bool = Field(False, description="Route in a child process (global_scheduler.routing_pass) "
+                                 "instead of a thread of the API's process, so routing and the gRPC handlers do "
+                                 "not share one interpreter lock. Costs one process (~0.3 GB with torch) and its "
+                                 "start-up (seconds); worth it under sustained load (docs/benchmarks.md, session 11).")
+    worker_timeout_s: float = Field(30.0, gt=0, description="A pass the routing worker has not answered in this "
+                                    "long is routed in the API's process and the worker is replaced (s).")
     defer_recheck_s: float = Field(300.0, gt=0, description="A deferred workload is routed again after this "
                                    "long (s); carbon intensity is hourly, so 5 minutes loses nothing.")
     max_attempts: int = Field(5, ge=1, description="Reroutes after rejections or failovers before a workload FAILs.")

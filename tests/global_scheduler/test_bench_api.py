@@ -20,6 +20,12 @@ def test_small_load_is_dispatched_exactly_once(redis_url: str) -> None:
     assert r.accepted >= 190  # 2 s at 100/s, open loop
     assert r.dispatched_unique == r.accepted and r.duplicates == 0 and r.missing == 0
     assert d["server_pending"] == 0
+    # The server routed in its worker process, which never had to be replaced.
+    assert r.routing_process and d["server_routing_worker_pid"] and d["server_routing_worker_restarts"] == 0
+    # Every dispatch's lag from acceptance was recorded, and none is negative or longer than the run.
+    assert d["server_dispatch_lags"] == r.accepted
+    assert 0 <= d["server_dispatch_lag_ms_p50"] <= d["server_dispatch_lag_ms_p99"] <= d["server_dispatch_lag_ms_max"]
+    assert d["server_dispatch_lag_ms_max"] < 60_000
     assert abs(d["server_switch_interval_ms"] - 0.5) < 1e-9
     # The GC report is consistent: per-generation counts add up, the longest pause is one of them.
     by_gen = d["server_gc_by_generation"]

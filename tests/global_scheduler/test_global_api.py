@@ -9,6 +9,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from prometheus_client import REGISTRY
 
 from global_scheduler.errors import error_details
 from protos import global_api_pb2 as api
@@ -61,6 +62,12 @@ def test_submit_dispatch_place_running(federation) -> None:
     assert [x.id for x in listed.workloads] == [w.id]
     clusters = stub.ListClusters(api.ListClustersRequest(), metadata=AUTH).clusters
     assert {c.name for c in clusters} == set(fed.workers) and all(c.ready for c in clusters)
+    # Its time from acceptance to dispatch was recorded, and exported under the engine's policy.
+    assert len(fed.engine.dispatch_lag_seconds) == 1
+    lag = fed.engine.dispatch_lag_seconds[0]
+    assert 0 <= lag <= running.updated_unix_s - running.created_unix_s + 1e-3
+    assert REGISTRY.get_sample_value("meridian_dispatch_lag_seconds_count",
+                                     {"policy": fed.engine.policy_name}) >= 1
 
 
 def test_idempotent_resubmission(federation) -> None:
