@@ -111,13 +111,15 @@ def _without(feats: ClusterFeatures, excluded: list[int]) -> ClusterFeatures:
 _worker_router: Router | None = None
 
 
-def _init_worker(policy: str, policy_kwargs: dict[str, Any]) -> None:
+def _init_worker(policy: str, policy_kwargs: dict[str, Any], nice: int) -> None:
     global _worker_router
     import torch
 
     from global_scheduler.routing.registry import get_policy
 
     torch.set_num_threads(1)  # one core's worth: the API's process has the other
+    if nice:
+        os.nice(nice)  # when cores are scarce the kernel serves the API first: routing is the work that can wait
     _worker_router = Router(get_policy(policy, **policy_kwargs))
 
 
@@ -141,8 +143,8 @@ class RoutingWorker:
     parent) is not spawned again on every pass."""
 
     def __init__(self, policy: str, policy_kwargs: dict[str, Any] | None = None, *, timeout_s: float = 30.0,
-                 start_timeout_s: float = 120.0, retry_after_s: float = 30.0) -> None:
-        self.policy, self.policy_kwargs = policy, dict(policy_kwargs or {})
+                 start_timeout_s: float = 120.0, retry_after_s: float = 30.0, nice: int = 0) -> None:
+        self.policy, self.policy_kwargs, self.nice = policy, dict(policy_kwargs or {}), nice
         self.timeout_s, self.start_timeout_s, self.retry_after_s = timeout_s, start_timeout_s, retry_after_s
         self.pid: int | None = None
         self.restarts = 0
@@ -154,7 +156,7 @@ class RoutingWorker:
         try:
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"),
-                                                 initializer=_init_worker, initargs=(self.policy, self.policy_kwargs))
+                                                 initializer=_init_worker, initargs=(self.policy, self.policy_kwargs, self.nice))
             self.pid = self._pool.submit(_ping).result(timeout=self.start_timeout_s)
         except BaseException:
             self._fail()

@@ -5,7 +5,8 @@ itself):
 
 * **router**: takes queued workloads in batches, routes each through the staged
   :class:`~global_scheduler.routing.base.Router` over one registry snapshot per batch (reserving
-  what it assigns so a batch spreads as it would one by one), records the new attempt *before*
+  what it assigns so a batch spreads as it would one by one; ``routing_pass.decide_pass``, in a
+  child process with ``routing.worker_process``), records the new attempt *before*
   publishing (so the cluster's first event always matches), then publishes one pipelined batch of
   ``DispatchMessage`` per cluster. If publishing fails the attempt is rolled back and the workloads
   requeued, so a workload is dispatched once per attempt. Every few seconds it freezes the garbage
@@ -93,7 +94,8 @@ class GlobalScheduler:
             if policy is not None:
                 raise ValueError("routing.worker_process builds its policy from routing.policy in the child; "
                                  "pass no policy object")
-            self.worker = RoutingWorker(settings.routing.policy, kwargs, timeout_s=settings.routing.worker_timeout_s)
+            self.worker = RoutingWorker(settings.routing.policy, kwargs, timeout_s=settings.routing.worker_timeout_s,
+                                        nice=settings.routing.worker_nice)
         if policy is None:
             policy = get_policy(settings.routing.policy, **kwargs)
         self.router = Router(policy)

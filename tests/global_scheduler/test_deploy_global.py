@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
+from global_scheduler.settings import GlobalSchedulerSettings
+
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 
@@ -16,7 +18,7 @@ def docs(name: str) -> dict[tuple[str, str], dict[str, Any]]:
     return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d}
 
 
-def test_global_scheduler_serves_grpc_with_probes_and_secret_tokens() -> None:
+def test_global_scheduler_serves_grpc_with_probes_and_secret_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
     d = docs("global-scheduler.yaml")
     pod = d[("Deployment", "meridian-global-scheduler")]["spec"]["template"]["spec"]
     (c,) = pod["containers"]
@@ -26,6 +28,16 @@ def test_global_scheduler_serves_grpc_with_probes_and_secret_tokens() -> None:
     assert env["MERIDIAN_GLOBAL_API__AUTH_TOKENS"]["valueFrom"]["secretKeyRef"]["name"] == "meridian-global-api"
     assert env["MERIDIAN_GLOBAL_API__LISTEN"]["value"] == "0.0.0.0:50051"
     assert c["securityContext"]["readOnlyRootFilesystem"] and pod["securityContext"]["runAsNonRoot"]
+    # The plain-valued env gives the settings the manifest means (an unknown variable would be ignored).
+    defaults = GlobalSchedulerSettings()
+    for name, e in env.items():
+        if "value" in e:
+            monkeypatch.setenv(name, e["value"])
+    configured = GlobalSchedulerSettings()
+    assert configured.routing.worker_process and not defaults.routing.worker_process
+    assert configured.routing.policy == "gnn" and configured.registry.cluster_timeout_s == 30
+    # One core requested for the API's process and one for its routing worker.
+    assert float(c["resources"]["requests"]["cpu"]) >= 2
     svc = d[("Service", "meridian-global-scheduler")]
     assert {p["name"]: p["port"] for p in svc["spec"]["ports"]}["grpc"] == 50051
 

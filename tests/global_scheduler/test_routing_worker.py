@@ -65,9 +65,11 @@ def test_worker_decides_like_the_api_process() -> None:
     names, regions, feats = _snapshot()
     items = _items(len(regions))
     local = decide_pass(Router(get_policy("gnn")), names, copy.deepcopy(feats), items)
-    worker = RoutingWorker("gnn")
+    worker = RoutingWorker("gnn", nice=3)
     try:
         pid = worker.start()
+        # Routing yields the cores to the API's process (routing.worker_nice).
+        assert os.getpriority(os.PRIO_PROCESS, pid) == os.getpriority(os.PRIO_PROCESS, 0) + 3
         remote = worker.run(names, feats, items)
     finally:
         worker.close()
