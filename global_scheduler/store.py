@@ -7,7 +7,11 @@ them without conversion (copies are handed out, never the stored message).
 Durability: with a bus, every record is also kept in the hash ``meridian:workloads`` (Redis). A new
 workload is written *before* ``SubmitWorkload`` answers, so an accepted workload and its idempotency key
 survive a restart of the scheduler (the same key after a restart still gives the same workload, never
-two). Later changes mark the record dirty and :meth:`WorkloadStore.flush` writes all dirty records in one
+two). New records are written by group commit: concurrent submissions join one open batch and one of
+them writes the whole batch in a single ``HSET`` while the others wait for it, so no lock is held over
+a round trip to Redis (holding the store's lock there serialised every API call behind Redis). A record
+becomes visible (``get``, the router, a second submission with its key) only once its batch is written;
+a submission with a key whose record is still being written waits for that write's outcome. Later changes mark the record dirty and :meth:`WorkloadStore.flush` writes all dirty records in one
 round trip; the engine flushes before it publishes a dispatch and before it acknowledges events, so what
 Redis holds is never behind what the clusters were told. Not kept: excluded clusters of a workload
 (a rejecting cluster may be tried once more after a restart).
@@ -15,6 +19,7 @@ Redis holds is never behind what the clusters were told. Not kept: excluded clus
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -50,6 +55,15 @@ class Entry:
     excluded_clusters: set[str] = field(default_factory=set)
 
 
+@dataclass
+class _Batch:
+    """New records waiting for one write; ``done`` is set once it succeeded or failed (``error``)."""
+
+    records: dict[str, Entry] = field(default_factory=dict)
+    done: threading.Event = field(default_factory=threading.Event)
+    error: Exception | None = None
+
+
 class WorkloadStore:
     def __init__(self, bus: StreamBus | None = None) -> None:
         self._lock = threading.Lock()
@@ -60,35 +74,88 @@ class WorkloadStore:
         self._bus = bus
         self._dirty: set[str] = set()
         self._flush_lock = threading.Lock()  # one flush at a time: a late older snapshot must not win
+        self._commit_lock = threading.Lock()  # one batch of new records in flight at a time
+        self._open: _Batch | None = None  # the batch that new submissions join
+        self._writing: dict[str, _Batch] = {}  # idempotency key → the batch holding its unwritten record
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def create(self, spec: api.WorkloadSpec, requests: ParsedRequests, idempotency_key: str,
                now_s: float | None = None) -> tuple[api.Workload, bool]:
-        """Returns (workload, created). Same key + same spec → the existing workload, created=False."""
+        """Returns (workload, created). Same key + same spec → the existing workload, created=False.
+        With a bus it returns only once the record is in Redis; a bus error raises and keeps nothing."""
         spec_bytes = spec.SerializeToString(deterministic=True)
         now_s = time.time() if now_s is None else now_s
-        with self._lock:
-            if idempotency_key:
-                existing = self._by_key.get(idempotency_key)
-                if existing is not None:
-                    entry = self._entries[existing]
-                    if entry.spec_bytes != spec_bytes:
-                        raise IdempotencyConflictError(idempotency_key, existing)
-                    return self._copy(entry.workload), False
-            wid = uuid.uuid4().hex
-            w = api.Workload(id=wid, state=api.WORKLOAD_STATE_PENDING, created_unix_s=now_s, updated_unix_s=now_s,
-                             idempotency_key=idempotency_key, message="accepted; waiting for routing")
-            w.spec.CopyFrom(spec)
-            if self._bus is not None:
-                # Raises BusUnavailableError before anything is kept: the caller answers UNAVAILABLE.
-                self._bus.hash_set(WORKLOADS_KEY, {wid: w.SerializeToString()})
-            self._entries[wid] = Entry(w, requests, spec_bytes)
-            self._order.append(wid)
-            if idempotency_key:
-                self._by_key[idempotency_key] = wid
-            return self._copy(w), True
+        while True:
+            with self._lock:
+                if idempotency_key:
+                    existing = self._by_key.get(idempotency_key)
+                    if existing is not None:
+                        entry = self._entries[existing]
+                        if entry.spec_bytes != spec_bytes:
+                            raise IdempotencyConflictError(idempotency_key, existing)
+                        return self._copy(entry.workload), False
+                    pending = self._writing.get(idempotency_key)
+                else:
+                    pending = None
+                if pending is None:
+                    wid = uuid.uuid4().hex
+                    w = api.Workload(id=wid, state=api.WORKLOAD_STATE_PENDING, created_unix_s=now_s,
+                                     updated_unix_s=now_s, idempotency_key=idempotency_key,
+                                     message="accepted; waiting for routing")
+                    w.spec.CopyFrom(spec)
+                    entry = Entry(w, requests, spec_bytes)
+                    if self._bus is None:
+                        self._add(entry)
+                        return self._copy(w), True
+                    if self._open is None:
+                        self._open = _Batch()
+                    batch = self._open
+                    batch.records[wid] = entry
+                    if idempotency_key:
+                        self._writing[idempotency_key] = batch
+                    break
+            # The same key's first record is being written: its outcome decides (the same workload, a
+            # conflict, or, if that write failed, a fresh try).
+            pending.done.wait()
+        self._commit(batch)
+        if batch.error is not None:
+            # Every submission of the batch raises; each gets its own copy (one instance raised in many
+            # threads at once would share, and garble, one traceback).
+            raise copy.copy(batch.error) from batch.error
+        return self._copy(w), True
+
+    def _add(self, entry: Entry) -> None:
+        """Make a (written) record visible; the caller holds ``_lock``."""
+        w = entry.workload
+        self._entries[w.id] = entry
+        self._order.append(w.id)
+        if w.idempotency_key:
+            self._by_key[w.idempotency_key] = w.id
+
+    def _commit(self, batch: _Batch) -> None:
+        """Write ``batch`` unless a writer before us already did (it takes every record open at the time)."""
+        with self._commit_lock:
+            if batch.done.is_set():
+                return
+            with self._lock:
+                taken, self._open = self._open, None
+            assert taken is not None  # ``batch`` is not done, so it is still the open one
+            try:
+                # Raises BusUnavailableError before anything is kept: the callers answer UNAVAILABLE.
+                self._bus.hash_set(WORKLOADS_KEY, {wid: e.workload.SerializeToString()  # type: ignore[union-attr]
+                                                   for wid, e in taken.records.items()})
+            except Exception as exc:
+                taken.error = exc
+            with self._lock:
+                for e in taken.records.values():
+                    key = e.workload.idempotency_key
+                    if key and self._writing.get(key) is taken:
+                        del self._writing[key]
+                    if taken.error is None:
+                        self._add(e)
+            taken.done.set()
 
     @staticmethod
     def _copy(w: api.Workload) -> api.Workload:
@@ -168,10 +235,7 @@ class WorkloadStore:
             for w, requests in loaded:
                 if w.id in self._entries:
                     continue
-                self._entries[w.id] = Entry(w, requests, w.spec.SerializeToString(deterministic=True))
-                self._order.append(w.id)
-                if w.idempotency_key:
-                    self._by_key[w.idempotency_key] = w.id
+                self._add(Entry(w, requests, w.spec.SerializeToString(deterministic=True)))
         return [self._copy(w) for w, _ in loaded]
 
     def purge(self, older_than_unix_s: float) -> int:

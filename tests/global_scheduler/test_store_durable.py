@@ -6,6 +6,7 @@ and a workload still pending when the scheduler stopped must be routed by the ne
 
 from __future__ import annotations
 
+import threading
 import time
 
 import grpc
@@ -18,7 +19,7 @@ from global_scheduler.server import build_server
 from global_scheduler.settings import GlobalSchedulerSettings
 from global_scheduler.store import WORKLOADS_KEY, WorkloadStore
 from global_scheduler.validation import parse_requests
-from meridian.bus import SUMMARY_STREAM, events_stream, open_bus
+from meridian.bus import SUMMARY_STREAM, BusUnavailableError, events_stream, open_bus
 from protos import dispatch_pb2 as dpb
 from protos import global_api_pb2 as api
 from protos import global_api_pb2_grpc as api_grpc
@@ -148,3 +149,81 @@ def test_events_a_dead_instance_read_but_never_acked_are_claimed(redis_url: str,
         assert bus.pending(stream, EVENTS_GROUP) == 0
     finally:
         running.stop(0.2)
+
+
+class _SlowHashBus:
+    """The real Redis bus, with each hash write held for ``delay_s`` so that submissions overlap it."""
+
+    def __init__(self, bus, delay_s: float) -> None:
+        self._bus, self.delay_s = bus, delay_s
+        self.writes: list[int] = []  # records per hash write
+        self.started = threading.Event()
+
+    def hash_set(self, key: str, items) -> None:
+        self.started.set()
+        time.sleep(self.delay_s)
+        self.writes.append(len(items))
+        self._bus.hash_set(key, items)
+
+    def __getattr__(self, name: str):
+        return getattr(self._bus, name)
+
+
+def test_concurrent_submissions_share_writes_and_stay_invisible_until_written(redis_url: str,
+                                                                              key_prefix: str) -> None:
+    bus = _SlowHashBus(open_bus(redis_url, key_prefix=key_prefix), delay_s=0.2)
+    store = WorkloadStore(bus)
+    req = parse_requests(spec().requests)
+    results: list[tuple[api.Workload, bool]] = []
+
+    def submit(key: str) -> None:
+        results.append(store.create(spec(name=key), req, key))
+
+    first = threading.Thread(target=submit, args=("k0",))
+    first.start()
+    assert bus.started.wait(5)
+    # While k0's write is in flight, 20 more arrive (and k0 again): none is visible before it is written.
+    threads = [threading.Thread(target=submit, args=(f"k{i}",)) for i in range(1, 21)]
+    threads.append(threading.Thread(target=submit, args=("k0",)))
+    for t in threads:
+        t.start()
+    time.sleep(0.05)
+    assert len(store) == 0
+    for t in [first, *threads]:
+        t.join(10)
+    assert len(store) == 21 and sum(created for _, created in results) == 21
+    by_key: dict[str, set[str]] = {}
+    for w, _ in results:
+        by_key.setdefault(w.idempotency_key, set()).add(w.id)
+    assert all(len(ids) == 1 for ids in by_key.values())  # the repeated key got the same workload
+    # The 21 records took far fewer than 21 round trips, and every one is in Redis.
+    assert sum(bus.writes) == 21 and len(bus.writes) <= 4
+    assert {w.id for w in WorkloadStore(bus).restore()} == {w.id for w, _ in results}
+
+
+def test_a_failed_batch_write_fails_every_submission_in_it_and_keeps_nothing(redis_server) -> None:
+    bus = _SlowHashBus(open_bus(redis_server.url), delay_s=0.3)
+    store = WorkloadStore(bus)
+    req = parse_requests(spec().requests)
+    errors: list[BaseException] = []
+
+    def submit(key: str) -> None:
+        try:
+            store.create(spec(name=key), req, key)
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=submit, args=(f"k{i}",)) for i in range(6)]
+    threads[0].start()
+    assert bus.started.wait(5)
+    redis_server.kill()  # the writes now in flight or waiting all fail
+    for t in threads[1:]:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(errors) == 6 and all(isinstance(e, BusUnavailableError) for e in errors)
+    assert len(store) == 0
+    redis_server.start()
+    bus.delay_s = 0.0
+    w, created = store.create(spec(name="k3"), req, "k3")  # the key is free again
+    assert created and [r.id for r in WorkloadStore(bus).restore()] == [w.id]
