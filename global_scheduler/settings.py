@@ -54,10 +54,11 @@ class RoutingSettings(BaseModel):
     checkpoint: Path | None = Field(None, description="GNN checkpoint; default: the committed gnn/checkpoints/router.pt.")
     batch_max: int = Field(1024, ge=1, description="Most workloads routed per pass of the router loop; one "
                            "dispatch pipeline per pass.")
-    worker_process: bool = Field(False, description="Route in a child process (global_scheduler.routing_pass) "
+    worker_process: bool = Field(True, description="Route in a child process (global_scheduler.routing_pass) "
                                  "instead of a thread of the API's process, so routing and the gRPC handlers do "
-                                 "not share one interpreter lock. Costs one process (~0.3 GB with torch) and its "
-                                 "start-up (seconds); worth it under sustained load (docs/benchmarks.md, session 11).")
+                                 "not share one interpreter lock: at 1,000 submits/s on 2 cores, SubmitWorkload p99 "
+                                 "21-26 ms this way and 1.3 s in-process (docs/benchmarks.md, session 11). Costs one "
+                                 "process (~0.3 GB with torch) and seconds of start-up; off suits small tests.")
     worker_nice: int = Field(10, ge=0, le=19, description="Niceness added to the routing worker: where cores are "
                              "scarce the kernel runs the API's threads first and routing, which can wait, after "
                              "(bench api, 2 cores: SubmitWorkload p50 9.5 vs 15.7 ms).")

@@ -29,12 +29,11 @@ def test_global_scheduler_serves_grpc_with_probes_and_secret_tokens(monkeypatch:
     assert env["MERIDIAN_GLOBAL_API__LISTEN"]["value"] == "0.0.0.0:50051"
     assert c["securityContext"]["readOnlyRootFilesystem"] and pod["securityContext"]["runAsNonRoot"]
     # The plain-valued env gives the settings the manifest means (an unknown variable would be ignored).
-    defaults = GlobalSchedulerSettings()
     for name, e in env.items():
         if "value" in e:
             monkeypatch.setenv(name, e["value"])
     configured = GlobalSchedulerSettings()
-    assert configured.routing.worker_process and not defaults.routing.worker_process
+    assert configured.routing.worker_process and "worker_process" in configured.routing.model_fields_set
     assert configured.routing.policy == "gnn" and configured.registry.cluster_timeout_s == 30
     # One core requested for the API's process and one for its routing worker.
     assert float(c["resources"]["requests"]["cpu"]) >= 2

@@ -80,7 +80,7 @@ def test_unreadable_record_is_skipped(redis_url: str, key_prefix: str) -> None:
 
 def test_submit_while_redis_is_down_keeps_nothing(redis_server) -> None:
     settings = GlobalSchedulerSettings(api={"listen": "127.0.0.1:0"}, bus={"url": redis_server.url},
-                                       routing={"policy": "karmada"})
+                                       routing={"policy": "karmada", "worker_process": False})
     engine = GlobalScheduler(settings=settings, bus=open_bus(redis_server.url))
     running = build_server(engine)
     try:
