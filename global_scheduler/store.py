@@ -11,7 +11,9 @@ two). New records are written by group commit: concurrent submissions join one o
 them writes the whole batch in a single ``HSET`` while the others wait for it, so no lock is held over
 a round trip to Redis (holding the store's lock there serialised every API call behind Redis). A record
 becomes visible (``get``, the router, a second submission with its key) only once its batch is written;
-a submission with a key whose record is still being written waits for that write's outcome. Later changes mark the record dirty and :meth:`WorkloadStore.flush` writes all dirty records in one
+a submission with a key whose record is still being written waits for that write's outcome.
+
+Later changes mark the record dirty and :meth:`WorkloadStore.flush` writes all dirty records in one
 round trip; the engine flushes before it publishes a dispatch and before it acknowledges events, so what
 Redis holds is never behind what the clusters were told. Not kept: excluded clusters of a workload
 (a rejecting cluster may be tried once more after a restart).
