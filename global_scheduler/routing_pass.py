@@ -23,6 +23,7 @@ import logging
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -118,9 +119,18 @@ def _init_worker(policy: str, policy_kwargs: dict[str, Any], nice: int) -> None:
     from global_scheduler.routing.registry import get_policy
 
     torch.set_num_threads(1)  # one core's worth: the API's process has the other
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
     if nice:
         os.nice(nice)  # when cores are scarce the kernel serves the API first: routing is the work that can wait
     _worker_router = Router(get_policy(policy, **policy_kwargs))
+
+
+def _exit_with_parent(parent: int, every_s: float = 1.0) -> None:
+    """A parent killed outright (SIGKILL, OOM) never shuts the pool down, and the child would wait on its
+    queue for ever, holding its memory: it leaves once it has been re-parented."""
+    while os.getppid() == parent:
+        time.sleep(every_s)
+    os._exit(0)
 
 
 def _pass_in_worker(names: list[str], feats: ClusterFeatures, items: list[PassItem]) -> PassResult:

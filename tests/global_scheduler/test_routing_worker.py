@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -130,3 +132,21 @@ def test_a_policy_object_with_a_worker_process_is_refused(redis_url: str, key_pr
     with pytest.raises(ValueError, match="worker_process"):
         GlobalScheduler(settings=settings, bus=open_bus(redis_url, key_prefix=key_prefix),
                         policy=get_policy("karmada"))
+
+
+
+def test_the_parent_watch_exits_once_reparented() -> None:
+    """The worker's parent watch (``_exit_with_parent``): it waits while its parent lives and leaves when it
+    has been re-parented (the parent was killed outright and never shut the pool down)."""
+    code = ("import sys\nfrom global_scheduler.routing_pass import _exit_with_parent\n"
+            "_exit_with_parent({parent}, every_s=0.01)\nprint('returned')\n")
+    orphaned = subprocess.run([sys.executable, "-c", code.format(parent=2**22 + 1)], capture_output=True,
+                              text=True, timeout=60)
+    assert orphaned.returncode == 0 and orphaned.stdout == ""  # left through os._exit, not by returning
+    watching = subprocess.Popen([sys.executable, "-c", code.format(parent=os.getpid())], stdout=subprocess.PIPE)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            watching.wait(3)  # its parent (this process) is alive: it keeps watching
+    finally:
+        watching.kill()
+        watching.wait(10)
