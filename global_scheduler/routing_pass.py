@@ -166,7 +166,8 @@ class RoutingWorker:
         try:
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"),
-                                                 initializer=_init_worker, initargs=(self.policy, self.policy_kwargs, self.nice))
+                                                 initializer=_init_worker,
+                                                 initargs=(self.policy, self.policy_kwargs, self.nice))
             self.pid = self._pool.submit(_ping).result(timeout=self.start_timeout_s)
         except BaseException:
             self._fail()
@@ -177,7 +178,7 @@ class RoutingWorker:
         if self._pool is None:
             if time.monotonic() < self._retry_at:
                 raise RoutingWorkerRestingError(f"routing worker failed; next start in "
-                                           f"{self._retry_at - time.monotonic():.0f} s")
+                                                f"{self._retry_at - time.monotonic():.0f} s")
             self.restarts += 1
             self.start()
         assert self._pool is not None
