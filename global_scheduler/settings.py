@@ -25,8 +25,8 @@ class ApiSettings(BaseModel):
     default_page_size: int = Field(100, ge=1, description="ListWorkloads page size when the request gives none.")
     gil_switch_interval_ms: float | None = Field(
         0.5, gt=0, le=100, description="Python's thread switch interval (sys.setswitchinterval) set when the API "
-        "starts; None leaves the interpreter's 5 ms. The router thread routes batches in Python while handler "
-        "threads wait for the GIL, so at 5 ms a call can wait several intervals: at 1,000 calls/s on 2 cores the "
+        "starts; None leaves the interpreter's 5 ms. Routed in-process (routing.worker_process off), the router thread "
+        "routes batches in Python while handler threads wait for the GIL, so at 5 ms a call can wait several intervals: at 1,000 calls/s on 2 cores the "
         "SubmitWorkload p99 was ~110 ms with 5 ms and ~20 ms with 0.5 ms (docs/benchmarks.md). Process-wide.")
 
 
