@@ -9,8 +9,8 @@ process.
 :class:`RoutingWorker` runs passes in a child process with its own copy of the policy. Routing is
 CPU work in Python (feature building, the filter, the GNN's refinement); in the API's process it
 competes with the gRPC handler threads for the interpreter lock. In `meridian bench api` on a 2-core
-machine at 1,000 submits/s, routing in-process gave SubmitWorkload p99 150-220 ms and a router that
-fell 15 s behind over a minute; with routing held off during the load, the API alone answered at p99
+machine at 1,000 submits/s, routing in-process gave SubmitWorkload p99 180-227 ms and a router that
+fell 15-25 s behind over a minute; with routing held off during the load, the API alone answered at p99
 6-23 ms (docs/benchmarks.md, session 11). If the worker dies or a pass fails there, the engine routes
 that pass in its own process and starts a new worker for the next one; since a pass has no side
 effects, nothing is decided twice.
@@ -19,7 +19,6 @@ effects, nothing is decided twice.
 from __future__ import annotations
 
 import contextlib
-import logging
 import multiprocessing as mp
 import os
 import signal
@@ -33,8 +32,6 @@ import numpy as np
 
 from global_scheduler.routing.base import Router
 from gnn.features import ClusterFeatures, WorkloadFeatures, crit_utilisation
-
-log = logging.getLogger(__name__)
 
 
 @dataclass

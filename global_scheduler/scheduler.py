@@ -299,9 +299,10 @@ class GlobalScheduler:
             if entry is None or entry.workload.state != api.WORKLOAD_STATE_PENDING:
                 continue
             r = entry.requests
-            need = entry.workload.spec.replicas * np.array([r.milli_cpu, r.memory_bytes, r.gpu_fraction])
+            n = entry.workload.spec.replicas
+            need = (float(n * r.milli_cpu), float(n * r.memory_bytes), n * r.gpu_fraction)
             todo.append((wid, entry, PassItem(self._workload_features(entry.workload, r, regions, now),
-                                              frozenset(entry.excluded_clusters), tuple(map(float, need)))))
+                                              frozenset(entry.excluded_clusters), need)))
         result = self._run_pass(names, feats, [item for _, _, item in todo])
         self.routed_by[result.pid] += len(result.decisions)
         for (wid, entry, item), decision in zip(todo, result.decisions, strict=True):

@@ -61,7 +61,8 @@ class RoutingSettings(BaseModel):
                                  "process (~0.3 GB with torch) and seconds of start-up; off suits small tests.")
     worker_nice: int = Field(10, ge=0, le=19, description="Niceness added to the routing worker: where cores are "
                              "scarce the kernel runs the API's threads first and routing, which can wait, after "
-                             "(bench api, 2 cores: SubmitWorkload p50 9.5 vs 15.7 ms).")
+                             "(bench api, 2 cores, a minute at 1,000/s: SubmitWorkload p99 39.5 / 51.4 ms at "
+                             "+10 against 61.1 / 57.9 ms at 0; docs/benchmarks.md).")
     worker_timeout_s: float = Field(30.0, gt=0, description="A pass the routing worker has not answered in this "
                                     "long is routed in the API's process and the worker is replaced (s).")
     defer_recheck_s: float = Field(300.0, gt=0, description="A deferred workload is routed again after this "

@@ -138,7 +138,7 @@ def test_a_policy_object_with_a_worker_process_is_refused(redis_url: str, key_pr
 def test_the_parent_watch_exits_once_reparented() -> None:
     """The worker's parent watch (``_exit_with_parent``): it waits while its parent lives and leaves when it
     has been re-parented (the parent was killed outright and never shut the pool down)."""
-    code = ("import sys\nfrom global_scheduler.routing_pass import _exit_with_parent\n"
+    code = ("from global_scheduler.routing_pass import _exit_with_parent\n"
             "_exit_with_parent({parent}, every_s=0.01)\nprint('returned')\n")
     orphaned = subprocess.run([sys.executable, "-c", code.format(parent=2**22 + 1)], capture_output=True,
                               text=True, timeout=60)
