@@ -197,22 +197,42 @@ def validation_episode(j: int, node_fraction: float = 0.3) -> tuple[list, list[P
     pods = openb.load_pods(openb.openb_dir() / f"openb_pod_list_{name}.csv")
     pods, _ = augmented_pod_list(pods, all_nodes, 5_000_000 + j, p_augment=1.0 if j < N_AUGMENTED else 0.0)
     ep = openb_episode(pods, all_nodes, 5000 + j, node_fraction=node_fraction)
-    cap = sum(n.allocatable_resources.gpu for n in ep.nodes) * 1000
-    arrived = np.cumsum([p.requests.gpu_milli_total for p in ep.arrivals])
-    end = int(np.searchsorted(arrived * 100, 100 * cap)) + 1
-    return list(ep.nodes), list(ep.arrivals[:end]), list(ep.workload)
+    return list(ep.nodes), cut_at_full(ep.nodes, ep.arrivals), list(ep.workload)
 
 
-def compare(j: int, policies: dict[str, object], node_fraction: float = 0.3) -> dict[str, float]:
-    """GPU allocation (%) at 100 % arrived of each policy on validation episode ``j``."""
+def list_episode(pod_list: str, seed: int, node_fraction: float = 0.1) -> tuple[list, list[Pod], list[Pod]]:
+    """The benchmark's protocol on a shared pod list as it is (``openb_pod_list_{pod_list}.csv``, no
+    augmentation; held-out lists too, for measuring, never for choosing a design) on a random
+    ``node_fraction`` of the nodes, cut at 100 % arrived GPU request. Returns nodes, arrivals, workload."""
+    from meridian.traces import openb
+    from regional_scheduler.learned.env import openb_episode
+
+    pods = openb.load_pods(openb.openb_dir() / f"openb_pod_list_{pod_list}.csv")
+    ep = openb_episode(pods, openb.load_nodes(), seed, node_fraction=node_fraction)
+    return list(ep.nodes), cut_at_full(ep.nodes, ep.arrivals), list(ep.workload)
+
+
+def cut_at_full(nodes: Sequence, arrivals: Sequence[Pod]) -> list[Pod]:
+    """The arrivals up to and including the one whose GPU request crosses 100 % of the nodes' GPUs."""
+    cap = sum(n.allocatable_resources.gpu for n in nodes) * 1000
+    arrived = np.cumsum([p.requests.gpu_milli_total for p in arrivals])
+    return list(arrivals[: int(np.searchsorted(arrived * 100, 100 * cap)) + 1])
+
+
+def compare(j: int, policies: dict[str, object], node_fraction: float = 0.3,
+            pod_list: str | None = None) -> dict[str, float]:
+    """GPU allocation (%) at 100 % arrived of each policy on validation episode ``j``, or, with
+    ``pod_list``, on that list's episode of seed ``j``."""
     from meridian.simulator import run_arrivals
 
-    nodes, arrivals, workload = validation_episode(j, node_fraction)
+    nodes, arrivals, workload = (list_episode(pod_list, j, node_fraction) if pod_list
+                                 else validation_episode(j, node_fraction))
     out: dict[str, float] = {}
     for name, policy in policies.items():
         if isinstance(policy, RolloutPolicy):
             policy.prepare_arrivals(arrivals)
-        r = run_arrivals(policy, nodes, arrivals, workload=workload, scenario="openb", seed=5000 + j)  # type: ignore[arg-type]
+        r = run_arrivals(policy, nodes, arrivals, workload=workload, scenario="openb",  # type: ignore[arg-type]
+                         seed=j if pod_list else 5000 + j)
         out[name] = r.curve[100]["gpu_alloc_pct"]
         out[name + "_s"] = r.wall_s
     return out
@@ -220,7 +240,9 @@ def compare(j: int, policies: dict[str, object], node_fraction: float = 0.3) -> 
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m regional_scheduler.learned.rollout --horizon 32 --k 4 --future trace --runs 0-9``:
-    FGD and the teacher on the same validation episodes (30 % node subsets by default)."""
+    FGD and the teacher on the same validation episodes (30 % node subsets by default); with
+    ``--pod-list default --runs 42-49`` on that shared list's episodes of seeds 42–49 instead, and with
+    ``--learned`` the committed learned policy beside them."""
     import argparse
     import json
 
@@ -235,14 +257,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--score-slack", type=float, default=0.0)
     ap.add_argument("--frag-weight", type=float, default=1.0)
     ap.add_argument("--node-fraction", type=float, default=0.3)
-    ap.add_argument("--runs", default="0-9", help="validation runs FIRST-LAST")
+    ap.add_argument("--runs", default="0-9", help="validation runs FIRST-LAST (seeds with --pod-list)")
+    ap.add_argument("--pod-list", default=None, help="a shared list's name (e.g. default) instead of the validation runs")
+    ap.add_argument("--learned", action="store_true", help="also run the committed learned policy")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     rows = []
     for j in seed_range(args.runs):
         teacher = RolloutPolicy(horizon=args.horizon, k=args.k, future=args.future, samples=args.samples,
                                 score_slack=args.score_slack, frag_weight=args.frag_weight, seed=j)
-        r = compare(j, {"fgd": Scheduler(FgdPolicy()), "rollout": teacher}, args.node_fraction)
+        policies: dict[str, object] = {"fgd": Scheduler(FgdPolicy())}
+        if args.learned:
+            from regional_scheduler.bench_placement import bench_policy
+
+            policies["learned"] = Scheduler(bench_policy("learned"))
+        policies["rollout"] = teacher
+        r = compare(j, policies, args.node_fraction, args.pod_list)
         r.update(j=j, delta=r["rollout"] - r["fgd"], changed=teacher.stats.changed, rolled=teacher.stats.rolled,
                  decisions=teacher.stats.decisions, rollout_steps=teacher.stats.rollout_steps)
         rows.append(r)
