@@ -33,12 +33,9 @@ from regional_scheduler.policies.fgd import FgdPolicy
 
 
 @pytest.fixture(scope="module")
-def openb_slice() -> tuple[list[Node], list[Pod], list[Pod]]:
+def openb_slice(make_openb_slice) -> tuple[list[Node], list[Pod], list[Pod]]:
     """Every 12th openb node (101 nodes) and the default list inflated to their capacity."""
-    nodes = openb.load_nodes()[::12]
-    pods = openb.load_pods(openb.openb_dir() / "openb_pod_list_default.csv")
-    arrivals = openb.inflate_pods(pods, sum(n.allocatable_resources.gpu for n in nodes) * 1000, seed=7)
-    return nodes, pods, arrivals[:900]
+    return make_openb_slice(12, "default", seed=7, count=900)
 
 
 def _linear_net(weights: dict[str, float], bound: float = 0.45) -> PlacementNet:

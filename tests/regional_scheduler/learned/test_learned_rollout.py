@@ -8,23 +8,17 @@ import pytest
 from meridian.cluster_state import ClusterState
 from meridian.model import Node, Pod
 from meridian.simulator import run_arrivals
-from meridian.traces import openb
 from regional_scheduler.filters import run_filters
 from regional_scheduler.framework import Scheduler
-from regional_scheduler.learned.augment import augmented_pod_list
 from regional_scheduler.learned.rollout import RolloutPolicy, node_signature
 from regional_scheduler.policies.fgd import FgdPolicy
 
 
 @pytest.fixture(scope="module")
-def openb_slice() -> tuple[list[Node], list[Pod], list[Pod]]:
+def openb_slice(make_openb_slice) -> tuple[list[Node], list[Pod], list[Pod]]:
     """Every 24th openb node (51 nodes), a GPU-model-constrained version of a training list inflated
     to their capacity, cut at 400 pods (enough to fill the nodes and make pods fail)."""
-    nodes = openb.load_nodes()[::24]
-    pods = openb.load_pods(openb.openb_dir() / "openb_pod_list_gpushare40.csv")
-    pods, _ = augmented_pod_list(pods, nodes, 3, p_augment=1.0)
-    arrivals = openb.inflate_pods(pods, sum(n.allocatable_resources.gpu for n in nodes) * 1000, seed=7)
-    return nodes, pods, arrivals[:400]
+    return make_openb_slice(24, "gpushare40", seed=7, count=400, augment_seed=3)
 
 
 def _decisions(policy, nodes: list[Node], workload: list[Pod], arrivals: list[Pod]) -> list:

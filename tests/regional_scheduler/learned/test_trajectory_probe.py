@@ -8,7 +8,6 @@ import pytest
 from meridian.cluster_state import ClusterState
 from meridian.model import Node, Pod
 from meridian.simulator import run_arrivals
-from meridian.traces import openb
 from regional_scheduler.filters import run_filters
 from regional_scheduler.framework import Scheduler
 from regional_scheduler.learned.rollout import cut_at_full, list_episode
@@ -17,12 +16,9 @@ from regional_scheduler.policies.fgd import FgdPolicy
 
 
 @pytest.fixture(scope="module")
-def openb_slice() -> tuple[list[Node], list[Pod], list[Pod]]:
+def openb_slice(make_openb_slice) -> tuple[list[Node], list[Pod], list[Pod]]:
     """Every 24th openb node (51 nodes) and the `default` list inflated to their capacity, 300 pods."""
-    nodes = openb.load_nodes()[::24]
-    pods = openb.load_pods(openb.openb_dir() / "openb_pod_list_default.csv")
-    arrivals = openb.inflate_pods(pods, sum(n.allocatable_resources.gpu for n in nodes) * 1000, seed=11)
-    return nodes, pods, arrivals[:300]
+    return make_openb_slice(24, "default", seed=11, count=300)
 
 
 def _run(policy: FgdPolicy, nodes: list[Node], workload: list[Pod], arrivals: list[Pod]) -> list[tuple]:
