@@ -200,7 +200,7 @@ def validation_episode(j: int, node_fraction: float = 0.3) -> tuple[list, list[P
     return list(ep.nodes), cut_at_full(ep.nodes, ep.arrivals), list(ep.workload)
 
 
-def list_episode(pod_list: str, seed: int, node_fraction: float = 0.1) -> tuple[list, list[Pod], list[Pod]]:
+def list_episode(pod_list: str, seed: int, node_fraction: float) -> tuple[list, list[Pod], list[Pod]]:
     """The benchmark's protocol on a shared pod list as it is (``openb_pod_list_{pod_list}.csv``, no
     augmentation; held-out lists too, for measuring, never for choosing a design) on a random
     ``node_fraction`` of the nodes, cut at 100 % arrived GPU request. Returns nodes, arrivals, workload."""

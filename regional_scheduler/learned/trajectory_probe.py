@@ -67,25 +67,22 @@ def _allocation(policy: FgdPolicy, episode: tuple[list, list[Pod], list[Pod]], s
     return float(r.curve[100]["gpu_alloc_pct"])
 
 
-def probe(pod_list: str, seeds: Sequence[int], *, node_fraction: float, perturbations: int,
-          first_decisions: int = 64) -> list[ProbeRow]:
-    """Per seed: FGD's GPU allocation (%) at 100 % arrived and that of ``perturbations`` runs, each
-    with one decision among the first ``first_decisions`` re-drawn among FGD's ties."""
+def probe(pod_list: str, seed: int, *, node_fraction: float, perturbations: int,
+          first_decisions: int = 64) -> ProbeRow:
+    """FGD's GPU allocation (%) at 100 % arrived on one episode, and that of ``perturbations`` runs,
+    each with one decision among the first ``first_decisions`` re-drawn among FGD's ties."""
     from regional_scheduler.learned.rollout import list_episode
 
-    rows = []
-    for seed in seeds:
-        episode = list_episode(pod_list, seed, node_fraction)
-        draws = np.random.default_rng(seed).integers(first_decisions, size=perturbations)
-        rows.append(ProbeRow(seed=seed, gpus=sum(n.allocatable_resources.gpu for n in episode[0]),
-                             fgd=_allocation(FgdPolicy(), episode, seed),
-                             perturbed=[_allocation(OneTieFgd(int(at), seed * 1000 + i), episode, seed)
-                                        for i, at in enumerate(draws)]))
-    return rows
+    episode = list_episode(pod_list, seed, node_fraction)
+    draws = np.random.default_rng(seed).integers(first_decisions, size=perturbations)
+    return ProbeRow(seed=seed, gpus=sum(n.allocatable_resources.gpu for n in episode[0]),
+                    fgd=_allocation(FgdPolicy(), episode, seed),
+                    perturbed=[_allocation(OneTieFgd(int(at), seed * 1000 + i), episode, seed)
+                               for i, at in enumerate(draws)])
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m regional_scheduler.learned.trajectory_probe --pod-list default --seeds 42-47
+    """``python -m regional_scheduler.learned.trajectory_probe --pod-list default --seeds 42-49
     --node-fraction 1.0 --perturbations 8``."""
     import argparse
     import json
@@ -101,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     rows = []
     for seed in seed_range(args.seeds):
-        row = probe(args.pod_list, [seed], node_fraction=args.node_fraction, perturbations=args.perturbations)[0]
+        row = probe(args.pod_list, seed, node_fraction=args.node_fraction, perturbations=args.perturbations)
         rows.append(row)
         print(f"seed {seed}: fgd {row.fgd:.2f}  perturbed mean {np.mean(row.perturbed):.2f} "
               f"std {np.std(row.perturbed):.2f}  best {max(row.perturbed):.2f} ({row.best_gain:+.2f})", flush=True)

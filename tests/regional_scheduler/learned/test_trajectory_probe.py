@@ -59,7 +59,7 @@ def test_one_decision_moves_and_only_among_fgds_ties(openb_slice) -> None:
 
 
 def test_probe_reads_out_fgd_and_each_perturbation() -> None:
-    (row,) = probe("default", [42], node_fraction=0.05, perturbations=3)
+    row = probe("default", 42, node_fraction=0.05, perturbations=3)
     nodes, arrivals, workload = list_episode("default", 42, 0.05)
     assert row.gpus == sum(n.allocatable_resources.gpu for n in nodes)
     plain = run_arrivals(Scheduler(FgdPolicy()), nodes, arrivals, workload=workload, scenario="openb", seed=42)
