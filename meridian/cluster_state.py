@@ -75,6 +75,11 @@ class ClusterState:
     # Bumped on every allocate/release so score caches know which nodes changed.
     node_version: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     shape_class_count: np.ndarray = field(default_factory=lambda: np.zeros((0, N_SHAPE_CLASSES), dtype=np.int64))
+    # Scalar resources (``pods``, ``ephemeral-storage``, extended resources): one column per name.
+    # Empty for simulated clusters, which count only CPU, memory and GPUs.
+    scalar_names: list[str] = field(default_factory=list)
+    alloc_scalar: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    req_scalar: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
 
     def __post_init__(self) -> None:
         n = len(self.names)
@@ -88,7 +93,13 @@ class ClusterState:
             self.node_version = np.zeros(n, dtype=np.int64)
         if self.shape_class_count.shape != (n, N_SHAPE_CLASSES):
             self.shape_class_count = np.zeros((n, N_SHAPE_CLASSES), dtype=np.int64)
+        shape = (n, len(self.scalar_names))
+        if self.alloc_scalar.shape != shape:
+            self.alloc_scalar = np.zeros(shape, dtype=np.int64)
+        if self.req_scalar.shape != shape:
+            self.req_scalar = np.zeros(shape, dtype=np.int64)
         self.index = {name: i for i, name in enumerate(self.names)}
+        self.scalar_index = {name: j for j, name in enumerate(self.scalar_names)}
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -117,6 +128,9 @@ class ClusterState:
                 group_taints.append(node.taints)
             group_of[i] = groups[key]
         alloc = [node.allocatable_resources for node in nodes]
+        scalar_names = sorted({name for node in nodes for name in node.scalar_allocatable})
+        alloc_scalar = np.array([[node.scalar_allocatable.get(name, 0) for name in scalar_names] for node in nodes],
+                                dtype=np.int64).reshape(n, len(scalar_names))
         return cls(
             names=[node.name for node in nodes],
             alloc_milli_cpu=np.array([a.milli_cpu for a in alloc], dtype=np.int64),
@@ -132,10 +146,13 @@ class ClusterState:
             constraint_group=group_of,
             group_labels=group_labels,
             group_taints=group_taints,
+            scalar_names=scalar_names,
+            alloc_scalar=alloc_scalar,
         )
 
     def copy(self) -> ClusterState:
-        arrays = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in self.__dict__.items() if k != "index"}
+        arrays = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in self.__dict__.items()
+                  if k not in ("index", "scalar_index")}
         return ClusterState(**arrays)
 
     # ------------------------------------------------------------------ derived views
@@ -173,7 +190,28 @@ class ClusterState:
             fit &= self.gpu_full_free >= r.gpu
         elif r.gpu_milli:
             fit &= self.gpu_max_free_milli >= r.gpu_milli
+        if pod.scalar_requests:
+            fit &= self.scalar_fit_mask(pod)
         return fit
+
+    def scalar_columns(self, pod: Pod) -> tuple[np.ndarray, np.ndarray] | None:
+        """The state's columns of the pod's scalar requests and the amounts, or None when the pod asks
+        for a scalar resource no node has (so no node can hold it)."""
+        try:
+            cols = np.array([self.scalar_index[name] for name in pod.scalar_requests], dtype=np.int64)
+        except KeyError:
+            return None
+        return cols, np.fromiter(pod.scalar_requests.values(), dtype=np.int64, count=len(cols))
+
+    def scalar_fit_mask(self, pod: Pod) -> np.ndarray:
+        """Nodes with room for each of the pod's scalar requests."""
+        if not pod.scalar_requests:
+            return np.ones(self.n_nodes, dtype=bool)
+        found = self.scalar_columns(pod)
+        if found is None:
+            return np.zeros(self.n_nodes, dtype=bool)
+        cols, amount = found
+        return ((self.alloc_scalar[:, cols] - self.req_scalar[:, cols]) >= amount).all(axis=1)
 
     # ------------------------------------------------------------------ mutation
     def choose_devices(self, node: int, pod: Pod, device_scores: np.ndarray | None = None) -> Placement:
@@ -199,20 +237,40 @@ class ClusterState:
             return Placement(node, (int(np.argmax(score)),), r.gpu_milli)
         return Placement(node)
 
-    def allocate(self, pod: Pod, placement: Placement) -> None:
+    def allocate(self, pod: Pod, placement: Placement, *, strict: bool = True) -> None:
+        """Take the pod's requests on its node. ``strict=False`` records a pod that is already there
+        whatever it costs (one bound by another scheduler, or before a node shrank): the state must
+        show the node as it is, over-committed or not, and release takes exactly as much back."""
         i, r = placement.node, pod.requests
         dev = list(placement.devices)
+        scalar = self.scalar_columns(pod) if pod.scalar_requests else None
+        if pod.scalar_requests and scalar is None:
+            known = [name for name in pod.scalar_requests if name in self.scalar_index]
+            scalar = (np.array([self.scalar_index[n] for n in known], dtype=np.int64),
+                      np.array([pod.scalar_requests[n] for n in known], dtype=np.int64))
+            if strict:
+                raise AllocationError(f"pod {pod.name} asks for a resource node {self.names[i]} does not have")
+        if strict:
+            self._check_fits(pod, placement, scalar)
+        self.req_milli_cpu[i] += r.milli_cpu
+        self.req_memory_bytes[i] += r.memory_bytes
+        if dev:
+            self.gpu_free_milli[i, dev] -= placement.milli_per_device
+        if scalar is not None:
+            self.req_scalar[i, scalar[0]] += scalar[1]
+        self._count_shape(i, pod, +1)
+
+    def _check_fits(self, pod: Pod, placement: Placement, scalar: tuple[np.ndarray, np.ndarray] | None) -> None:
+        i, r = placement.node, pod.requests
+        dev = list(placement.devices)
+        if scalar is not None and ((self.alloc_scalar[i, scalar[0]] - self.req_scalar[i, scalar[0]]) < scalar[1]).any():
+            raise AllocationError(f"pod {pod.name} does not fit {', '.join(pod.scalar_requests)} on node {self.names[i]}")
         if self.free_milli_cpu[i] < r.milli_cpu or self.free_memory_bytes[i] < r.memory_bytes:
             raise AllocationError(f"pod {pod.name} does not fit CPU/memory on node {self.names[i]}")
         if dev and (self.gpu_free_milli[i, dev] < placement.milli_per_device).any():
             raise AllocationError(f"pod {pod.name} does not fit on GPU devices {dev} of node {self.names[i]}")
         if dev and not self.gpu_exists[i, dev].all():
             raise AllocationError(f"node {self.names[i]} has no GPU device among {dev}")
-        self.req_milli_cpu[i] += r.milli_cpu
-        self.req_memory_bytes[i] += r.memory_bytes
-        if dev:
-            self.gpu_free_milli[i, dev] -= placement.milli_per_device
-        self._count_shape(i, pod, +1)
 
     def release(self, pod: Pod, placement: Placement) -> None:
         i, r = placement.node, pod.requests
@@ -225,6 +283,11 @@ class ClusterState:
         self.req_memory_bytes[i] -= r.memory_bytes
         if dev:
             self.gpu_free_milli[i, dev] += placement.milli_per_device
+        if pod.scalar_requests:
+            for name, amount in pod.scalar_requests.items():
+                j = self.scalar_index.get(name)
+                if j is not None:
+                    self.req_scalar[i, j] -= amount
         self._count_shape(i, pod, -1)
 
     def _count_shape(self, i: int, pod: Pod, sign: int) -> None:

@@ -162,6 +162,9 @@ class Node(Frozen):
     taints: tuple[Taint, ...] = ()
     gpu_model: str = ""
     gpus: tuple[GpuDevice, ...] = ()
+    # Resources counted per node beyond CPU, memory and GPUs (Kubernetes' ``pods``, ``ephemeral-storage``,
+    # extended resources), in integer units: bytes for storage, counts otherwise.
+    scalar_allocatable: dict[str, int] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> Node:
@@ -190,3 +193,6 @@ class Pod(Frozen):
     tenant: str = "default"
     creation_time_s: float | None = None
     deletion_time_s: float | None = None
+    # Requests of the node's scalar resources (see ``Node.scalar_allocatable``); a Kubernetes pod
+    # always asks for one ``pods``.
+    scalar_requests: dict[str, int] = Field(default_factory=dict)

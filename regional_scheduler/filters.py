@@ -15,7 +15,8 @@ Semantics followed (kubernetes.io "Assigning Pods to Nodes", "Taints and Tolerat
 - taints: a pod must tolerate every ``NoSchedule`` and ``NoExecute`` taint; ``PreferNoSchedule``
   is a preference, not a filter. ``Exists`` with an empty key tolerates everything.
 - resources: CPU and memory must fit allocatable minus requested; a shared-GPU pod needs one
-  device with enough free milli-GPU; an n-GPU pod needs n completely free devices.
+  device with enough free milli-GPU; an n-GPU pod needs n completely free devices; scalar
+  resources (``pods``, ``ephemeral-storage``, extended resources) must fit per name.
 - GPU model: a GPU pod with ``allowed_gpu_models`` only goes to nodes of those models.
 """
 
@@ -42,6 +43,8 @@ def fit_resources(state: ClusterState, pod: Pod) -> np.ndarray:
         fit &= state.gpu_full_free >= r.gpu
     elif r.gpu_milli:
         fit &= state.gpu_max_free_milli >= r.gpu_milli
+    if pod.scalar_requests:
+        fit &= state.scalar_fit_mask(pod)
     return fit
 
 

@@ -1,0 +1,1 @@
+"""Binders: how a decided placement becomes real (``base.Binder``)."""

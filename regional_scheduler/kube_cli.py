@@ -1,0 +1,98 @@
+"""``meridian regional-scheduler``: the regional tier on a real cluster (secondary scheduler, extender)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import typer
+
+from meridian import observability as obs
+
+
+def regional_scheduler_command(
+    kubeconfig: Path | None = typer.Option(None, "--kubeconfig", help="kubeconfig file (default: in-cluster config "
+                                           "inside a pod, else ~/.kube/config)"),
+    cluster: str | None = typer.Option(None, help="this cluster's name [env MERIDIAN_REGIONAL_CLUSTER]"),
+    policy: str | None = typer.Option(None, help="placement policy, e.g. fgd, learned, best-fit "
+                                      "[env MERIDIAN_REGIONAL_POLICY, default fgd]"),
+    scheduler_name: str | None = typer.Option(None, help="schedule pods with this spec.schedulerName "
+                                              "[default meridian]"),
+    kube_api_qps: float | None = typer.Option(None, "--kube-api-qps", help="client QPS limit (kube-scheduler's "
+                                              "default 50; <= 0 disables)"),
+    kube_api_burst: int | None = typer.Option(None, "--kube-api-burst", help="client burst (default 100)"),
+    bind_workers: int | None = typer.Option(None, help="bindings in flight at once (default 16)"),
+    leader_elect: bool | None = typer.Option(None, "--leader-elect/--no-leader-elect", help="schedule only while "
+                                             "holding the Lease (default on)"),
+    lease_namespace: str | None = typer.Option(None, help="namespace of the leader Lease"),
+    lease_duration_s: float | None = typer.Option(None, "--lease-duration", help="seconds before a standby takes "
+                                                  "over (default 15)"),
+    renew_deadline_s: float | None = typer.Option(None, "--renew-deadline", help="seconds a leader may fail to renew"),
+    retry_period_s: float | None = typer.Option(None, "--retry-period", help="seconds between Lease attempts"),
+    identity: str | None = typer.Option(None, help="this replica's identity in the Lease (default: host name)"),
+    extender: str | None = typer.Option(None, "--extender", help="also serve kube-scheduler's extender protocol on "
+                                        "HOST:PORT (path prefix /meridian)"),
+    schedule: bool = typer.Option(True, "--schedule/--no-schedule", help="--no-schedule: only the extender"),
+    metrics_port: int | None = typer.Option(None, "--metrics-port", help="Prometheus port (default 9464; 0 = any)"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="debug logging"),
+) -> None:
+    """Schedule the cluster's pods that set schedulerName: meridian (and/or serve the extender)."""
+    from kubernetes.config.config_exception import ConfigException
+
+    from regional_scheduler.extender import ExtenderServer, parse_listen
+    from regional_scheduler.kube_scheduler import KubernetesScheduler, KubeSchedulerSettings, api_client_from
+    from regional_scheduler.policies.registry import REGISTRY
+    from regional_scheduler.service import RegionalScheduler
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides = {k: v for k, v in {
+        "cluster": cluster, "policy": policy, "scheduler_name": scheduler_name, "kube_api_qps": kube_api_qps,
+        "kube_api_burst": kube_api_burst, "bind_workers": bind_workers, "leader_elect": leader_elect,
+        "lease_namespace": lease_namespace, "lease_duration_s": lease_duration_s,
+        "renew_deadline_s": renew_deadline_s, "retry_period_s": retry_period_s, "identity": identity,
+    }.items() if v is not None}
+    settings = KubeSchedulerSettings(**overrides)
+    if settings.policy not in REGISTRY:
+        raise typer.BadParameter(f"unknown policy {settings.policy!r}; known: {', '.join(REGISTRY)}",
+                                 param_hint="--policy")
+    try:
+        api = api_client_from(str(kubeconfig) if kubeconfig else None, pool_size=settings.bind_workers + 8)
+    except (ConfigException, OSError) as exc:
+        typer.echo(f"error: cannot load a Kubernetes configuration ({exc}); pass --kubeconfig FILE or run in a pod",
+                   err=True)
+        raise typer.Exit(2) from None
+    service = RegionalScheduler(cluster=settings.cluster, policy=settings.policy)
+    runner = KubernetesScheduler(api=api, service=service, settings=settings)
+    metrics = obs.start_metrics_server(obs.MetricsSettings(**({"port": metrics_port} if metrics_port is not None
+                                                              else {})))
+    server = None
+    if extender:
+        try:
+            server = ExtenderServer(parse_listen(extender), service).start()
+        except (ValueError, OSError) as exc:
+            typer.echo(f"error: cannot serve the extender on {extender}: {exc}", err=True)
+            raise typer.Exit(2) from None
+        logging.getLogger(__name__).info("extender at %s", server.url)
+
+    def _stop(*_: object) -> None:
+        runner.stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    code = 0
+    try:
+        if schedule:
+            code = runner.run()
+        else:
+            runner.start_informers()
+            runner.stop.wait()
+            runner.shutdown()
+    finally:
+        if server is not None:
+            server.stop()
+        if metrics is not None:
+            metrics.shutdown()
+    sys.exit(code)
