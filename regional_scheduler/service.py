@@ -296,6 +296,8 @@ def _untolerated(state: ClusterState, pod: Pod, node: int) -> str:
     for taint in state.group_taints[state.constraint_group[node]]:
         if taint.effect in (TaintEffect.NO_SCHEDULE, TaintEffect.NO_EXECUTE) and \
                 not any(t.tolerates(taint) for t in pod.tolerations):
+            if taint == ko.UNSCHEDULABLE_TAINT:  # a cordoned node, in kube-scheduler's NodeUnschedulable words
+                return "node(s) were unschedulable"
             return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
     return "node(s) had untolerated taint"
 
