@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from meridian.envtest import ControlPlane
@@ -26,6 +27,7 @@ from tests.kube_helpers import ready_nodes, wait_for
 pytestmark = pytest.mark.kubernetes
 
 MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "regional-scheduler.yaml"
+EXTENDER_MANIFEST = MANIFEST.with_name("regional-scheduler-extender.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +46,17 @@ def extender(kube_control_plane: ControlPlane) -> Iterator[tuple[ExtenderServer,
     runner.shutdown()
 
 
-def _config(url: str, profiles: list[str], *, node_cache_capable: bool = True) -> dict[str, Any]:
-    return {"profiles": [{"schedulerName": name} for name in profiles],
-            "extenders": [{"urlPrefix": url, "filterVerb": "filter", "prioritizeVerb": "prioritize", "weight": 5,
-                           "nodeCacheCapable": node_cache_capable, "ignorable": False, "httpTimeout": "5s"}]}
+def _config(url: str, profiles: list[str]) -> dict[str, Any]:
+    """deploy/'s KubeSchedulerConfiguration, pointed at this test's extender, API server and profiles."""
+    (cm,) = [d for d in yaml.safe_load_all(EXTENDER_MANIFEST.read_text()) if d and d["kind"] == "ConfigMap"]
+    config = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+    (ext,) = config["extenders"]
+    ext["urlPrefix"] = url
+    ext["httpTimeout"] = "5s"  # this machine is shared and slow; the deployed 2 s is for a real cluster
+    config["profiles"] = [{"schedulerName": name} for name in profiles]
+    config.pop("clientConnection", None)
+    config.pop("leaderElection", None)
+    return config
 
 
 def _pod(name: str, scheduler: str, *, cpu: str = "1", selector: dict[str, str] | None = None,
