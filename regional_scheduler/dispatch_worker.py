@@ -1,12 +1,13 @@
 """The regional side of dispatch: consume ``meridian:dispatch:{cluster}``, place replicas, report back.
 
-One worker per cluster stream (kopf-style: keyword-only parameters, back-off over a sequence of
-delays, cleans up after itself). For each ``PlaceWorkload`` it places every replica with the
-placement policy from :mod:`regional_scheduler.policies.registry` through the staged
-:class:`~regional_scheduler.framework.Scheduler` (filters → score → select → assign) on a
-:class:`~meridian.cluster_state.ClusterState`, all or nothing: if one replica does not fit, the
-ones already placed are released and a ``FAILED`` event says why (the filter diagnosis), so the
-global scheduler reroutes. On success it publishes ``SCHEDULED`` (with the nodes) and, on a
+A thin stream consumer in front of the cluster's
+:class:`~regional_scheduler.service.RegionalScheduler` (kopf-style: keyword-only parameters, back-off
+over a sequence of delays, cleans up after itself). For each ``PlaceWorkload`` it asks the service to
+decide every replica (the same filters and policy that place the cluster's Kubernetes pods) and binds
+each through the service's binder, all or nothing: if one replica does not fit, the ones already
+placed are released and a ``FAILED`` event says why (the filter diagnosis), so the global scheduler
+reroutes. Here the binder is :class:`~regional_scheduler.binders.simulated.SimulatedBinder` (a
+simulated cluster, for the demo and the benchmarks). On success it publishes ``SCHEDULED`` (with the nodes) and, on a
 simulated cluster where pods start at once, ``RUNNING``. ``ReleaseWorkload`` frees the replicas
 (cancel, failover, failback) and answers ``RELEASED``.
 
@@ -18,8 +19,8 @@ redelivered place of an attempt already applied is acknowledged without placing 
 It also publishes a ``ClusterSummary`` of its (simulated) cluster to ``meridian:summary`` every
 ``summary_interval_s``, which is how the global registry learns about a simulated cluster.
 
-Hazards: the placement table lives in memory, so a restarted worker forgets its placements (a real
-cluster's binder would rebuild it from the API server); malformed entries are dead-lettered.
+Hazards: the placement table lives in memory, so a restarted worker forgets its placements on a
+simulated cluster; malformed entries are dead-lettered.
 """
 
 from __future__ import annotations
@@ -47,13 +48,14 @@ from meridian.bus import (
 )
 from meridian.bus.base import StreamEntry
 from meridian.bus.health import GroupGauges
-from meridian.cluster_state import ClusterState, Placement
+from meridian.cluster_state import ClusterState
 from meridian.metrics import seed_fragmentation_score
 from meridian.model import MILLI_GPU_PER_DEVICE, Node, Pod, Resources
 from protos import dispatch_pb2 as dpb
 from protos import telemetry_pb2 as tpb
-from regional_scheduler.framework import Scheduler
-from regional_scheduler.policies.registry import get_policy
+from regional_scheduler.binders.base import BindRequest
+from regional_scheduler.binders.simulated import SimulatedBinder
+from regional_scheduler.service import RegionalScheduler
 
 log = logging.getLogger(__name__)
 GROUP = "regional-dispatch"
@@ -85,20 +87,23 @@ class DispatchWorkerSettings(BaseSettings):
 
 @dataclass
 class Held:
+    """A workload's replicas on this cluster: the pod uids the service counts, and each pod and node."""
+
     attempt: int
-    pods: list[tuple[Pod, Placement]] = field(default_factory=list)
+    uids: list[str] = field(default_factory=list)
+    pods: list[tuple[Pod, str]] = field(default_factory=list)
 
 
 class DispatchWorker:
     def __init__(self, *, bus: StreamBus, state: ClusterState, settings: DispatchWorkerSettings,
                  consumer: str | None = None, clock: Callable[[], float] = time.time) -> None:
         self.bus = bus
-        self.state = state
         self.settings = settings
         self.cluster = settings.cluster
         self.consumer = consumer or f"{settings.cluster}-{uuid.uuid4().hex[:6]}"
         self.clock = clock
-        self.scheduler = Scheduler(get_policy(settings.policy))
+        self.service = RegionalScheduler(cluster=settings.cluster, policy=settings.policy, state=state, clock=clock)
+        self.binder = SimulatedBinder()
         self.held: dict[str, Held] = {}
         self.applied: set[tuple[str, int]] = set()
         self.lock = threading.Lock()
@@ -110,17 +115,25 @@ class DispatchWorker:
         self.failed_total = 0
         self.starting: list[tuple[float, str, int, list[str]]] = []  # (due, workload, attempt, nodes)
 
+    @property
+    def state(self) -> ClusterState:
+        return self.service.state
+
     # ------------------------------------------------------------------ apply
     def _event(self, wid: str, attempt: int, phase: int, reason: str = "", nodes: Sequence[str] = ()) -> bytes:
         return dpb.PlacementEvent(workload_id=wid, attempt=attempt, cluster=self.cluster, phase=phase, reason=reason,
                                   nodes=list(nodes), time_s=self.clock()).SerializeToString()
 
+    def _unbind(self, uids: Sequence[str]) -> None:
+        for uid in uids:
+            self.service.remove_pod(uid)
+            self.binder.unbind(uid)
+
     def _release(self, wid: str) -> bool:
         held = self.held.pop(wid, None)
         if held is None:
             return False
-        for pod, placement in held.pods:
-            self.state.release(pod, placement)
+        self._unbind(held.uids)
         return True
 
     def place(self, msg: dpb.PlaceWorkload) -> list[bytes]:
@@ -137,11 +150,11 @@ class DispatchWorker:
             for i in range(max(msg.replicas, 0)):
                 pod = Pod(name=f"{msg.name}-{msg.workload_id[:8]}-{i}", requests=requests, priority=msg.priority,
                           tenant=msg.tenant or "default")
+                uid = f"{msg.workload_id}/{msg.attempt}/{i}"
                 try:
-                    decision = self.scheduler.schedule(self.state, pod)
+                    decision = self.service.decide(uid, pod)
                 except Exception as exc:  # a policy bug must fail this workload, not wedge it as DISPATCHED
-                    for p, pl in held.pods:
-                        self.state.release(p, pl)
+                    self._unbind(held.uids)
                     self.failed_total += 1
                     log.exception("dispatch worker %s: scheduling %s failed", self.cluster, pod.name)
                     obs.PLACEMENT_FAILURES.labels(component="regional-dispatch", cluster=self.cluster,
@@ -149,21 +162,23 @@ class DispatchWorker:
                     return [self._event(msg.workload_id, msg.attempt, dpb.PLACEMENT_PHASE_FAILED,
                                         f"replica {i + 1}/{msg.replicas}: scheduler error: {exc}")]
                 if decision.placement is None:
-                    for p, pl in held.pods:
-                        self.state.release(p, pl)
+                    self._unbind(held.uids)
                     why = decision.diagnosis.summary if decision.diagnosis is not None else "no node fits"
                     self.failed_total += 1
                     obs.PLACEMENT_FAILURES.labels(component="regional-dispatch", cluster=self.cluster,
                                                   reason="no node fits a replica").inc()
                     return [self._event(msg.workload_id, msg.attempt, dpb.PLACEMENT_PHASE_FAILED,
                                         f"replica {i + 1}/{msg.replicas}: {why}")]
-                self.state.allocate(pod, decision.placement)
-                held.pods.append((pod, decision.placement))
+                node = self.service.node_name(decision)
+                self.binder.bind(BindRequest(namespace=msg.tenant or "default", name=pod.name, uid=uid, node=node))
+                self.service.bound(uid)
+                held.uids.append(uid)
+                held.pods.append((pod, node))
             self.held[msg.workload_id] = held
             self.placed_total += 1
             obs.PLACEMENTS.labels(component="regional-dispatch", cluster=self.cluster,
                                   policy=self.settings.policy).inc(len(held.pods))
-            nodes = [self.state.names[pl.node] for _, pl in held.pods]
+            nodes = [node for _, node in held.pods]
             scheduled = self._event(msg.workload_id, msg.attempt, dpb.PLACEMENT_PHASE_SCHEDULED, nodes=nodes)
             if self.settings.start_delay_s > 0:
                 self.starting.append((self.clock() + self.settings.start_delay_s, msg.workload_id, msg.attempt, nodes))
@@ -228,7 +243,7 @@ class DispatchWorker:
 
     # ------------------------------------------------------------------ summaries
     def summary(self) -> tpb.ClusterSummary:
-        with self.lock:
+        with self.lock, self.service.lock:
             st = self.state
             sched = st.schedulable
             free_cpu = np.where(sched, st.free_milli_cpu, 0)

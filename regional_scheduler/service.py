@@ -33,6 +33,7 @@ import numpy as np
 
 from meridian.cluster_state import AllocationError, ClusterState, Placement
 from meridian.model import MILLI_GPU_PER_DEVICE, Node, Pod, TaintEffect
+from meridian.telemetry import TelemetryBatch
 from regional_scheduler import kube_objects as ko
 from regional_scheduler.filters import Diagnosis, run_filters
 from regional_scheduler.framework import Decision, Scheduler
@@ -66,7 +67,9 @@ class NodeEvaluation:
 
 class RegionalScheduler:
     def __init__(self, *, cluster: str, policy: str | ScorePolicy = "fgd", seed: int = 0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 state: ClusterState | None = None, clock: Callable[[], float] = time.time) -> None:
+        """``state``: a simulated cluster whose nodes are fixed (benchmarks, the demo, dispatch onto
+        simulated clusters); without it, nodes come from :meth:`upsert_node` (the Node informer)."""
         self.cluster = cluster
         self.policy_name = policy if isinstance(policy, str) else policy.name
         self.scheduler = Scheduler(get_policy(policy) if isinstance(policy, str) else policy, seed=seed)
@@ -74,9 +77,15 @@ class RegionalScheduler:
         self.lock = threading.RLock()
         self.nodes: dict[str, Node] = {}
         self.pods: dict[str, PodRecord] = {}
-        self._state = ClusterState.from_nodes([])
+        self._fixed_nodes = state is not None
+        self._state = state if state is not None else ClusterState.from_nodes([])
         self._dirty = False
         self.rebuilds = 0
+        n = self._state.n_nodes
+        # Per-node telemetry not kept in ClusterState (the summary's PUE) and the reports applied.
+        self.pue = np.full(n, np.nan)
+        self.applied_total = 0
+        self.stale_after_s = 10.0
 
     # ------------------------------------------------------------------ state
     @property
@@ -88,10 +97,19 @@ class RegionalScheduler:
             return self._state
 
     def _rebuild(self) -> None:
+        old, old_pue = self._state, self.pue
         ordered = sorted(self.nodes.values(), key=lambda n: n.name)
         self._state = ClusterState.from_nodes(ordered)
         self._dirty = False
         self.rebuilds += 1
+        self.pue = np.full(self._state.n_nodes, np.nan)
+        # Telemetry survives a rebuild: copy each kept node's columns by name.
+        kept = [(i, old.index[name]) for i, name in enumerate(self._state.names) if name in old.index]
+        if kept:
+            new_i, old_i = (np.array(c, dtype=np.int64) for c in zip(*kept, strict=True))
+            for column in _TELEMETRY_COLUMNS:
+                getattr(self._state, column)[new_i] = getattr(old, column)[old_i]
+            self.pue[new_i] = old_pue[old_i]
         for record in self.pods.values():
             record.placement = None
             self._account(record)
@@ -129,8 +147,13 @@ class RegionalScheduler:
             order = np.argsort(-st.gpu_free_milli[i, :count], kind="stable")
             return tuple(int(d) for d in order[:min(want, count)])
 
+    def _check_live(self) -> None:
+        if self._fixed_nodes:
+            raise RuntimeError(f"cluster {self.cluster} is simulated: its nodes are fixed")
+
     def upsert_node(self, node: Node) -> bool:
         """Record a node; True when it changed what scheduling sees."""
+        self._check_live()
         with self.lock:
             if self.nodes.get(node.name) == node:
                 return False
@@ -139,6 +162,7 @@ class RegionalScheduler:
             return True
 
     def remove_node(self, name: str) -> bool:
+        self._check_live()
         with self.lock:
             if self.nodes.pop(name, None) is None:
                 return False
@@ -146,6 +170,7 @@ class RegionalScheduler:
             return True
 
     def replace_nodes(self, nodes: Iterable[Node]) -> None:
+        self._check_live()
         with self.lock:
             fresh = {n.name: n for n in nodes}
             if fresh != self.nodes:
@@ -257,6 +282,41 @@ class RegionalScheduler:
                     out.scores[state.names[i]] = s
         return out
 
+    # ------------------------------------------------------------------ telemetry
+    def apply_telemetry(self, batch: TelemetryBatch, rows: np.ndarray) -> int:
+        """Measured usage, power, energy and carbon of node-agent reports (the rows a
+        :class:`~regional_scheduler.telemetry_state.TelemetryConsumer` applied: fresh, newest per node)
+        onto the nodes this state knows; returns how many landed. Allocation stays the informers':
+        a report's view of requests can lag a binding."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size == 0:
+            return 0
+        now = self.clock()
+        with self.lock:
+            st = self.state
+            idx = np.fromiter((st.index.get(batch.node[r], -1) for r in rows.tolist()), dtype=np.int64,
+                              count=rows.size)
+            known = idx >= 0
+            nodes, rows = idx[known], rows[known]
+            st.used_milli_cpu[nodes] = batch.used_milli_cpu[rows]
+            st.used_memory_bytes[nodes] = batch.used_memory_bytes[rows]
+            st.power_watts[nodes] = batch.power_watts[rows]
+            st.energy_joules[nodes] = batch.energy_joules[rows]
+            st.carbon_g_per_kwh[nodes] = batch.carbon_g_per_kwh[rows]
+            st.last_seq[nodes] = batch.sequence[rows]
+            st.last_seen_s[nodes] = now
+            self.pue[nodes] = batch.pue[rows]
+            self.applied_total += int(nodes.size)
+            return int(nodes.size)
+
+    @property
+    def stale(self) -> np.ndarray:
+        """Nodes whose agent reported once and then fell silent for ``stale_after_s`` (the summary's
+        count; Kubernetes' own Ready condition and taints decide schedulability)."""
+        st = self.state
+        seen = ~np.isnan(st.last_seen_s)
+        return seen & (self.clock() - np.where(seen, st.last_seen_s, 0.0) > self.stale_after_s)
+
     # ------------------------------------------------------------------ views
     def counts(self) -> dict[str, int]:
         with self.lock:
@@ -265,6 +325,9 @@ class RegionalScheduler:
 
 
 # ---------------------------------------------------------------------- diagnosis in kube-scheduler's words
+
+_TELEMETRY_COLUMNS = ("used_milli_cpu", "used_memory_bytes", "power_watts", "energy_joules", "carbon_g_per_kwh",
+                      "last_seen_s", "last_seq")
 
 _FILTER_REASON = {
     "NodeUnschedulable": "node(s) were unschedulable",

@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 from pydantic import Field
@@ -28,6 +29,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from meridian import observability
 from meridian.bus import SUMMARY_STREAM, BusError, BusUnavailableError, StreamBus, open_bus
+from meridian.cluster_state import ClusterState
 from meridian.metrics import seed_fragmentation_score
 from protos import telemetry_pb2 as pb
 from regional_scheduler.telemetry_state import TelemetryConsumer, TelemetryConsumerSettings, TelemetryState
@@ -50,7 +52,26 @@ class SummarySettings(BaseSettings):
                                          "bus is unreachable; the last repeats.")
 
 
-def build_summary(tstate: TelemetryState, *, region: str, sequence: int, now_s: float) -> pb.ClusterSummary:
+class SummarySource(Protocol):
+    """What a summary is built from: a telemetry-fed state (:class:`TelemetryState`), or the regional
+    scheduler's own (:class:`~regional_scheduler.service.RegionalScheduler`, allocation from the API
+    server's informers and telemetry from the agents). Read under ``lock``."""
+
+    cluster: str
+    lock: Any
+    applied_total: int
+
+    @property
+    def state(self) -> ClusterState: ...
+
+    @property
+    def stale(self) -> np.ndarray: ...
+
+    @property
+    def pue(self) -> np.ndarray: ...
+
+
+def build_summary(tstate: SummarySource, *, region: str, sequence: int, now_s: float) -> pb.ClusterSummary:
     """One ``ClusterSummary`` of the current state (caller holds no lock; this takes it)."""
     with tstate.lock:
         st = tstate.state
@@ -92,7 +113,7 @@ def build_summary(tstate: TelemetryState, *, region: str, sequence: int, now_s: 
 class SummaryPublisher:
     """Publishes a summary of one cluster every ``interval_s`` until stopped."""
 
-    def __init__(self, *, bus: StreamBus, state: TelemetryState, settings: SummarySettings,
+    def __init__(self, *, bus: StreamBus, state: SummarySource, settings: SummarySettings,
                  clock: Callable[[], float] = time.time) -> None:
         self.bus, self.state, self.settings, self.clock = bus, state, settings, clock
         self.sequence = 0

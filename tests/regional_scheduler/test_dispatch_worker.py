@@ -111,7 +111,7 @@ def test_a_scheduler_error_fails_the_workload_and_frees_its_replicas(redis_url: 
     nodes = [Node(name=f"n{i}", capacity=Resources(milli_cpu=8000, memory_bytes=16 * GIB)) for i in range(2)]
     w = DispatchWorker(bus=open_bus(redis_url, key_prefix=key_prefix), state=simulated_cluster(nodes),
                        settings=DispatchWorkerSettings(cluster="c1"))
-    w.scheduler.policy = _BrokenPolicy()
+    w.service.scheduler.policy = _BrokenPolicy()
     events = w.place(dpb.PlaceWorkload(workload_id="w1", attempt=1, name="web", replicas=2,
                                        requests=dpb.ReplicaRequests(milli_cpu=1000)))
     decoded = [dpb.PlacementEvent.FromString(e) for e in events]
