@@ -96,10 +96,12 @@ def bench_placement(
 
 
 def register(cli: CliRoot) -> None:
+    from regional_scheduler.bench_kubernetes import bench_kubernetes_command
     from regional_scheduler.kube_cli import regional_scheduler_command
     from regional_scheduler.learned.commands import explain_command, train_placement
 
     cli.bench.command("placement")(bench_placement)
+    cli.bench.command("kubernetes")(bench_kubernetes_command)
     cli.train.command("placement")(train_placement)
     cli.app.command("explain")(explain_command)
     cli.app.command("regional-scheduler")(regional_scheduler_command)

@@ -36,6 +36,10 @@ def regional_scheduler_command(
                                         "HOST:PORT (path prefix /meridian)"),
     schedule: bool = typer.Option(True, "--schedule/--no-schedule", help="--no-schedule: only the extender"),
     metrics_port: int | None = typer.Option(None, "--metrics-port", help="Prometheus port (default 9464; 0 = any)"),
+    bus_url: str | None = typer.Option(None, "--bus-url", help="Redis of the node agents' telemetry: consume "
+                                       "meridian:telemetry:<cluster> into this scheduler's state and publish its "
+                                       "summaries for the global tier [env MERIDIAN_REGIONAL_BUS_URL; off if empty]"),
+    region: str | None = typer.Option(None, help="region named in the summaries [env MERIDIAN_REGIONAL_REGION]"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="debug logging"),
 ) -> None:
     """Schedule the cluster's pods that set schedulerName: meridian (and/or serve the extender)."""
@@ -53,6 +57,7 @@ def regional_scheduler_command(
         "kube_api_burst": kube_api_burst, "bind_workers": bind_workers, "leader_elect": leader_elect,
         "lease_namespace": lease_namespace, "lease_duration_s": lease_duration_s,
         "renew_deadline_s": renew_deadline_s, "retry_period_s": retry_period_s, "identity": identity,
+        "bus_url": bus_url, "region": region,
     }.items() if v is not None}
     settings = KubeSchedulerSettings(**overrides)
     if settings.policy not in REGISTRY:
@@ -77,6 +82,20 @@ def regional_scheduler_command(
             raise typer.Exit(2) from None
         logging.getLogger(__name__).info("extender at %s", server.url)
 
+    telemetry = None
+    if settings.bus_url:
+        from meridian.bus import BusError
+        from regional_scheduler.summary_publisher import RegionalTelemetry, SummarySettings
+        from regional_scheduler.telemetry_state import TelemetryConsumerSettings
+
+        try:
+            telemetry = RegionalTelemetry(
+                settings=TelemetryConsumerSettings(cluster=settings.cluster, bus_url=settings.bus_url),
+                summary=SummarySettings(region=settings.region), scheduler=service).start()
+        except BusError as exc:
+            typer.echo(f"error: cannot open the bus at {settings.bus_url}: {exc}", err=True)
+            raise typer.Exit(2) from None
+
     def _stop(*_: object) -> None:
         runner.stop.set()
 
@@ -91,6 +110,8 @@ def regional_scheduler_command(
             runner.stop.wait()
             runner.shutdown()
     finally:
+        if telemetry is not None:
+            telemetry.close()
         if server is not None:
             server.stop()
         if metrics is not None:

@@ -236,7 +236,10 @@ def node_from_api(obj: Mapping[str, Any]) -> Node:
     # A node advertises whole GPUs, or only shares (a sharing device plugin): devices are whichever is
     # larger, so a pod of either kind sees the same devices.
     devices = max(gpus, share_milli // MILLI_GPU_PER_DEVICE)
-    taints = [Taint(key=t["key"], value=t.get("value") or "", effect=t["effect"]) for t in spec.get("taints") or []]
+    try:
+        taints = [Taint(key=t["key"], value=t.get("value") or "", effect=t["effect"]) for t in spec.get("taints") or []]
+    except (KeyError, ValueError) as exc:
+        raise InvalidObjectError(f"node {name}: malformed taint: {exc}") from None
     if spec.get("unschedulable"):
         taints.append(UNSCHEDULABLE_TAINT)
     labels = dict(meta.get("labels") or {})

@@ -88,6 +88,10 @@ class KubeSchedulerSettings(BaseSettings):
     watch_timeout_s: int = Field(300, ge=10, description="Server-side timeout of one watch request; it is resumed "
                                  "from its last resourceVersion.")
     request_timeout_s: float = Field(30.0, gt=0, description="Timeout of one API request other than watches.")
+    bus_url: str = Field("", description="Redis of the node agents' telemetry (redis://…): its reports' usage, "
+                         "power and carbon join this scheduler's state and its cluster summaries go to the global "
+                         "tier. Empty: no telemetry, no summaries.")
+    region: str = Field("local", description="Region named in the cluster summaries.")
 
 
 def _now_rfc3339() -> str:

@@ -13,6 +13,11 @@
 
 An update of a queued pod that only touches its status (the scheduler's own ``PodScheduled``
 condition, for one) does not move it: otherwise every failure would wake its own pod at once.
+
+A pod in flight was decided on the view it was popped with. A cluster change, or an update of the
+pod's own spec, that arrives before its verdict would be lost if the verdict then put it in
+unschedulable (or parked): such a pod goes to backoff instead, as kube-scheduler's
+``moveRequestCycle`` does.
 """
 
 from __future__ import annotations
@@ -45,6 +50,10 @@ class QueuedPod:
     where: str = "active"  # active | backoff | unschedulable | parked | in-flight
     unschedulable_since_s: float = 0.0
     seq: int = field(default=0)
+    # While in flight: the queue's count of cluster changes when it was popped, and whether its spec
+    # changed since (either makes an unschedulable or parked verdict out of date).
+    cluster_changes_at_pop: int = 0
+    updated_in_flight: bool = False
 
 
 class SchedulingQueue:
@@ -61,6 +70,7 @@ class SchedulingQueue:
         self._backoff: list[tuple[float, int, str]] = []  # (due, seq, key)
         self._flush: list[tuple[float, int, str]] = []  # (unschedulable since + flush_after, seq, key)
         self._seq = itertools.count()
+        self._cluster_changes = 0
         self._closed = False
 
     # ------------------------------------------------------------------ producers (informer)
@@ -79,6 +89,8 @@ class SchedulingQueue:
             entry.obj, entry.fingerprint, entry.priority = obj, fingerprint, priority
             if changed and entry.where in ("unschedulable", "parked"):
                 self._to_backoff(entry)
+            elif changed and entry.where == "in-flight":
+                entry.updated_in_flight = True
 
     def delete(self, key: str) -> None:
         with self._cond:
@@ -87,6 +99,7 @@ class SchedulingQueue:
     def cluster_changed(self) -> None:
         """A node was added or changed, or a pod freed resources: unschedulable pods may fit now."""
         with self._cond:
+            self._cluster_changes += 1
             for _, seq, key in self._flush:
                 entry = self._pods.get(key)
                 if entry is not None and entry.where == "unschedulable" and entry.seq == seq:
@@ -138,6 +151,8 @@ class SchedulingQueue:
                         entry.where = "in-flight"
                         entry.attempts += 1
                         entry.last_attempt_s = now
+                        entry.cluster_changes_at_pop = self._cluster_changes
+                        entry.updated_in_flight = False
                         return entry
                 remaining = deadline - now
                 if remaining <= 0:
@@ -153,16 +168,26 @@ class SchedulingQueue:
                 del self._pods[entry.key]
 
     def unschedulable(self, entry: QueuedPod) -> None:
+        """No node could hold the pod; it waits for a cluster change (or for its own update)."""
         with self._cond:
-            if self._pods.get(entry.key) is entry:
+            if self._pods.get(entry.key) is not entry:
+                return
+            if entry.updated_in_flight or entry.cluster_changes_at_pop != self._cluster_changes:
+                self._to_backoff(entry)  # something it may now fit with arrived while it was decided
+            else:
                 entry.where = "unschedulable"
                 entry.unschedulable_since_s = self.clock()
                 entry.seq = next(self._seq)
                 heapq.heappush(self._flush, (entry.unschedulable_since_s + self.flush_after_s, entry.seq, entry.key))
 
     def park(self, entry: QueuedPod) -> None:
+        """Meridian refuses the pod; it waits for an update of its own spec."""
         with self._cond:
-            if self._pods.get(entry.key) is entry:
+            if self._pods.get(entry.key) is not entry:
+                return
+            if entry.updated_in_flight:
+                self._to_backoff(entry)  # edited while its old spec was being refused
+            else:
                 entry.where = "parked"
 
     def retry(self, key: str, obj: dict[str, Any] | None = None) -> None:

@@ -32,6 +32,7 @@ from meridian.bus import SUMMARY_STREAM, BusError, BusUnavailableError, StreamBu
 from meridian.cluster_state import ClusterState
 from meridian.metrics import seed_fragmentation_score
 from protos import telemetry_pb2 as pb
+from regional_scheduler.service import RegionalScheduler
 from regional_scheduler.telemetry_state import TelemetryConsumer, TelemetryConsumerSettings, TelemetryState
 
 log = logging.getLogger(__name__)
@@ -143,19 +144,25 @@ class SummaryPublisher:
 class RegionalTelemetry:
     """A cluster's telemetry side, running: the consumer and the summary publisher, one thread each.
 
-    What ``meridian regional-telemetry`` runs, and what a regional scheduler embeds: read
-    ``self.state`` (under ``self.state.lock``) to place against live telemetry.
+    What ``meridian regional-telemetry`` runs alone, and what ``meridian regional-scheduler`` embeds
+    with its :class:`~regional_scheduler.service.RegionalScheduler` as ``scheduler``: then the reports'
+    measurements (usage, power, carbon) go onto the scheduler's own cluster state, whose allocation
+    comes from the API server, and the summaries are built from that state.
     """
 
     def __init__(self, *, settings: TelemetryConsumerSettings, summary: SummarySettings,
-                 bus: StreamBus | None = None) -> None:
+                 bus: StreamBus | None = None, scheduler: RegionalScheduler | None = None) -> None:
         self.settings, self.summary_settings = settings, summary
         self._owns_bus = bus is None
         self.bus = bus if bus is not None else open_bus(settings.bus_url, key_prefix=settings.key_prefix)
         self.state = TelemetryState(cluster=settings.cluster, stale_after_s=settings.stale_after_s,
-                                    requests_from_reports=settings.requests_from_reports)
-        self.consumer = TelemetryConsumer(bus=self.bus, state=self.state, settings=settings)
-        self.publisher = SummaryPublisher(bus=self.bus, state=self.state, settings=summary)
+                                    requests_from_reports=settings.requests_from_reports and scheduler is None)
+        if scheduler is not None:
+            scheduler.stale_after_s = settings.stale_after_s
+        self.consumer = TelemetryConsumer(bus=self.bus, state=self.state, settings=settings,
+                                          on_applied=scheduler.apply_telemetry if scheduler is not None else None)
+        self.publisher = SummaryPublisher(bus=self.bus, state=scheduler if scheduler is not None else self.state,
+                                          settings=summary)
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=worker.run, args=(self.stop,), name=name, daemon=True)
                         for name, worker in (("telemetry-consumer", self.consumer),

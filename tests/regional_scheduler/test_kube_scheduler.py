@@ -51,7 +51,7 @@ def scheduler_kubeconfig(kube_control_plane: ControlPlane) -> Path:
 def running_scheduler(kubeconfig: Path, **overrides: Any) -> Iterator[KubernetesScheduler]:
     settings = KubeSchedulerSettings(**{"leader_elect": False, "kube_api_qps": 0, "initial_backoff_s": 0.2,
                                         "max_backoff_s": 1.0, **overrides})
-    service = RegionalScheduler(cluster="test", policy=overrides.pop("policy", "fgd"))
+    service = RegionalScheduler(cluster=settings.cluster, policy=settings.policy)
     runner = KubernetesScheduler(api=api_client_from(str(kubeconfig)), service=service, settings=settings)
     thread = threading.Thread(target=runner.run, daemon=True)
     thread.start()
@@ -296,3 +296,47 @@ def test_killing_the_leader_under_a_backlog_hands_over_within_the_lease(
                     proc.wait(timeout=10)
         log = (tmp_path / f"{standby}.log").read_text()
         assert "Traceback" not in log, log[-2000:]
+
+
+def test_node_telemetry_joins_the_api_servers_allocation_in_one_state_and_summary(
+        kube_api: client.ApiClient, kube_namespace: str, scheduler_kubeconfig: Path, redis_url: str,
+        key_prefix: str) -> None:
+    """One cluster state: allocation from the informers (a pod bound by anyone), power and carbon from
+    the node agents' reports on Redis, and the summary the global tier routes on built from both."""
+    from meridian.bus import SUMMARY_STREAM, RedisStreamBus, telemetry_stream
+    from protos import telemetry_pb2 as tpb
+    from regional_scheduler.summary_publisher import RegionalTelemetry, SummarySettings
+    from regional_scheduler.telemetry_state import TelemetryConsumerSettings
+
+    core = client.CoreV1Api(kube_api)
+    name = f"tel-{kube_namespace[-6:]}"
+    with ready_nodes(kube_api, [{"name": name, "capacity": {"cpu": "8", "memory": "16Gi"}}]), \
+            running_scheduler(scheduler_kubeconfig, cluster="east") as runner:
+        bus = RedisStreamBus(redis_url, key_prefix=key_prefix)
+        telemetry = RegionalTelemetry(
+            settings=TelemetryConsumerSettings(cluster="east", bus_url=redis_url, key_prefix=key_prefix,
+                                               block_ms=100),
+            summary=SummarySettings(region="eu-north", interval_s=0.1), bus=bus, scheduler=runner.service).start()
+        try:
+            core.create_namespaced_pod(kube_namespace, pod_body("web", cpu="3"))
+            wait_for(lambda: core.read_namespaced_pod("web", kube_namespace).spec.node_name, timeout=20,
+                     message="the pod bound")
+            report = tpb.NodeTelemetry(cluster="east", node=name, sequence=1, allocatable_milli_cpu=8000,
+                                       allocatable_memory_bytes=16 * 2**30, used_milli_cpu=1200,
+                                       power_watts=250.0, carbon_g_per_kwh=40.0, pue=1.2)
+            bus.publish(telemetry_stream("east"), report.SerializeToString())
+
+            def summary() -> Any:
+                latest = bus.read_latest(SUMMARY_STREAM)
+                s = tpb.ClusterSummary.FromString(latest.payload) if latest else None
+                return s if s is not None and s.reports_applied >= 1 else None
+
+            s = wait_for(summary, timeout=20, message="a summary with the report applied")
+            state = runner.service.state
+            i = state.index[name]
+            assert state.power_watts[i] == 250.0 and state.req_milli_cpu[i] == 3000
+            assert (s.cluster, s.region) == ("east", "eu-north")
+            assert s.power_watts == 250.0 and s.carbon_g_per_kwh == pytest.approx(40.0)
+            assert s.requested.milli_cpu >= 3000  # from the API server, not from the report
+        finally:
+            telemetry.close()
