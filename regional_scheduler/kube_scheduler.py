@@ -83,8 +83,9 @@ class KubeSchedulerSettings(BaseSettings):
                           description="This replica's identity in the Lease (the pod name in Kubernetes).")
     initial_backoff_s: float = Field(1.0, gt=0, description="Back-off of a pod's first retry (kube-scheduler's).")
     max_backoff_s: float = Field(10.0, gt=0, description="Longest back-off between retries (kube-scheduler's).")
-    unschedulable_flush_s: float = Field(60.0, gt=0, description="An unschedulable pod is retried after this even "
-                                         "if the cluster did not change (a missed event must not strand it).")
+    unschedulable_flush_s: float = Field(300.0, gt=0, description="An unschedulable pod is retried after this even "
+                                         "if the cluster did not change, so a missed event cannot strand it "
+                                         "(kube-scheduler's podMaxInUnschedulablePodsDuration, 5 min).")
     watch_timeout_s: int = Field(300, ge=10, description="Server-side timeout of one watch request; it is resumed "
                                  "from its last resourceVersion.")
     request_timeout_s: float = Field(30.0, gt=0, description="Timeout of one API request other than watches.")
@@ -128,6 +129,9 @@ class KubernetesScheduler:
         self.settings = settings
         self.profile = settings.scheduler_name
         self.limiter = TokenBucket(settings.kube_api_qps, settings.kube_api_burst)
+        # Events go through a client of their own with the same limits, as kube-scheduler's event
+        # broadcaster does (its own clientset): a burst of FailedScheduling events never slows binding.
+        self.event_limiter = TokenBucket(settings.kube_api_qps, settings.kube_api_burst)
         self.binder = binder or KubernetesBinder(api, limiter=self.limiter)
         self.core = client.CoreV1Api(api)
         self.queue = SchedulingQueue(initial_backoff_s=settings.initial_backoff_s,
@@ -321,13 +325,20 @@ class KubernetesScheduler:
         condition = {"type": "PodScheduled", "status": "False", "reason": reason, "message": message,
                      "lastTransitionTime": now}
         try:
-            self.limiter.acquire()
+            self.event_limiter.acquire()
             self.core.create_namespaced_event(namespace, event, _request_timeout=self.settings.request_timeout_s)
+        except Exception as exc:
+            log.warning("could not post FailedScheduling for %s/%s: %s", namespace, name, exc)
+        current = next((c for c in (obj.get("status") or {}).get("conditions") or []
+                        if c.get("type") == "PodScheduled"), {})
+        if (current.get("status"), current.get("reason"), current.get("message")) == ("False", reason, message):
+            return  # unchanged: kube-scheduler skips the patch too
+        try:
             self.limiter.acquire()
             self.core.patch_namespaced_pod_status(name, namespace, {"status": {"conditions": [condition]}},
                                                   _request_timeout=self.settings.request_timeout_s)
         except Exception as exc:
-            log.warning("could not report FailedScheduling for %s/%s: %s", namespace, name, exc)
+            log.warning("could not set PodScheduled=False on %s/%s: %s", namespace, name, exc)
 
     # ------------------------------------------------------------------ lifecycle
     def _start(self, target: Any, name: str, *args: Any) -> None:
