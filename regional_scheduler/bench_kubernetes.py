@@ -190,6 +190,9 @@ class SchedulerResult(BaseModel):
     unschedulable: int = Field(description="Pods left unbound at the end.")
     unschedulable_reasons: dict[str, int] = Field(description="Unbound pods per reason of their last "
                                                   "FailedScheduling event (a pod can count under several).")
+    failed_scheduling_reports: int = Field(description="FailedScheduling Events in the namespace with their "
+                                           "repeat counts: the failed attempts the scheduler reported (each "
+                                           "costs API requests, under the same client QPS as its bindings).")
     infeasible_bindings: int = Field(description="Bound pods that their node cannot hold, checked device by "
                                      "device for GPUs on the read-back Nodes and Pods.")
     infeasible_reasons: dict[str, int]
@@ -763,17 +766,10 @@ class KubeSchedulerProcess:
             self.plane.stop_process(self._proc)
 
 
-def meridian_executable() -> list[str]:
-    """The ``meridian`` console script of this interpreter's environment."""
-    script = Path(sys.executable).with_name("meridian")
-    if script.is_file():
-        return [str(script)]
-    return [sys.executable, "-c", "from meridian.cli import main; main()"]
-
-
 class MeridianProcess:
-    """``meridian regional-scheduler`` as a subprocess, as it is deployed: its own informers, queue and
-    binding cycle, against the admin kubeconfig."""
+    """``python -m regional_scheduler.kube_cli`` (``meridian regional-scheduler`` without the other
+    components' imports) as a subprocess, as it is deployed: its own informers, queue and binding
+    cycle, against the admin kubeconfig."""
 
     def __init__(self, plane: ControlPlane, *, policy: str, qps: float, burst: int, profile: str) -> None:
         self.plane, self.policy, self.qps, self.burst = plane, policy, qps, burst
@@ -783,7 +779,7 @@ class MeridianProcess:
         self._proc: subprocess.Popen[bytes] | None = None
 
     def argv(self) -> list[str]:
-        return [*meridian_executable(), "regional-scheduler", "--kubeconfig", str(self.plane.admin_kubeconfig),
+        return [sys.executable, "-m", "regional_scheduler.kube_cli", "--kubeconfig", str(self.plane.admin_kubeconfig),
                 "--policy", self.policy, "--scheduler-name", self.pod_scheduler_name, "--no-leader-elect",
                 "--kube-api-qps", str(self.qps), "--kube-api-burst", str(self.burst), "--metrics-port", "0",
                 "--cluster", "bench"]
@@ -1139,6 +1135,8 @@ class KubernetesBench:
             scheduler=proc.name, pod_scheduler_name=proc.pod_scheduler_name, namespace=namespace,
             pods=len(pods), bound=bound, unschedulable=len(unbound),
             unschedulable_reasons=unschedulable_reasons(unbound, events),
+            failed_scheduling_reports=sum(max(int(e.get("count") or 1), int((e.get("series") or {}).get("count") or 1))
+                                          for e in events),
             infeasible_bindings=len(report.infeasible), infeasible_reasons=report.reasons,
             pods_per_s=len(times) / span if span else None,
             p50_ms=_percentile_ms(latencies, 50), p99_ms=_percentile_ms(latencies, 99),
@@ -1269,6 +1267,7 @@ def bench_kubernetes_command(
     """Bind the same backlog with kube-scheduler and Meridian in turn on a real API server; compare
     throughput, latency, CPU and the feasibility of every binding."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(width=None if Console().is_terminal else 180)
@@ -1285,12 +1284,13 @@ def bench_kubernetes_command(
                       console=console) as bar:
             report = run_benchmark(settings, progress=_RichProgress(bar))
     except BenchError as exc:
-        console.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)  # log tails hold brackets
         raise typer.Exit(2) from None
     console.print(render_table(report))
     for name, r in report.schedulers.items():
         if r.unschedulable_reasons:
-            console.print(f"{name} unschedulable: " + ", ".join(f"{k} ×{v}" for k, v in r.unschedulable_reasons.items()),
+            reasons = ", ".join(f"{k} ×{v}" for k, v in r.unschedulable_reasons.items())
+            console.print(f"{name} unschedulable ({r.failed_scheduling_reports} FailedScheduling reports): {reasons}",
                           highlight=False)
         if r.foreign_cpu_s > 0.1 * max(r.wall_s, 1.0):
             console.print(f"{name}: other processes used {r.foreign_cpu_s:.0f} CPU s during its {r.wall_s:.0f} s run "

@@ -171,7 +171,7 @@ class DispatchWorker:
                                         f"replica {i + 1}/{msg.replicas}: {why}")]
                 node = self.service.node_name(decision)
                 self.binder.bind(BindRequest(namespace=msg.tenant or "default", name=pod.name, uid=uid, node=node))
-                self.service.bound(uid)
+                self.service.observe_bound(uid, pod, node)  # the simulated binder is the cluster's truth
                 held.uids.append(uid)
                 held.pods.append((pod, node))
             self.held[msg.workload_id] = held

@@ -54,6 +54,7 @@ class PodRecord:
     devices: tuple[int, ...] | None
     assumed: bool
     placement: Placement | None = None
+    binding_made: bool = False  # the binder succeeded; still assumed until the informer shows it bound
 
 
 @dataclass
@@ -216,22 +217,23 @@ class RegionalScheduler:
                 self.observe_bound(uid, pod, node, devices)
 
     def bound(self, uid: str) -> None:
-        """The binding of an assumed pod was made (the informer will confirm it)."""
-        with self.lock:
-            record = self.pods.get(uid)
-            if record is not None:
-                record.assumed = False
+        """The binding of an assumed pod was made. It stays assumed until the informer shows it bound
+        (:meth:`observe_bound`), so a relist read before the binding cannot drop it. No lock: one dict
+        read and one attribute write, each atomic, and no allocation changes; binding threads must not
+        queue behind a decision for it."""
+        record = self.pods.get(uid)
+        if record is not None:
+            record.binding_made = True
 
     def forget(self, uid: str) -> None:
         """The binding of an assumed pod failed: give its resources back."""
         with self.lock:
             record = self.pods.get(uid)
-            if record is not None and record.assumed:
+            if record is not None and record.assumed and not record.binding_made:
                 self.remove_pod(uid)
 
     def is_known(self, uid: str) -> bool:
-        with self.lock:
-            return uid in self.pods
+        return uid in self.pods  # one atomic dict lookup: no lock, as bound()
 
     # ------------------------------------------------------------------ decisions
     def decide(self, uid: str, pod: Pod) -> Decision:

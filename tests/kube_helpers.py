@@ -50,5 +50,6 @@ def bind_pod(api: ApiClient, namespace: str, pod: str, node: str) -> int:
     body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
     reply = CoreV1Api(api).create_namespaced_pod_binding(pod, namespace, body, _preload_content=False)
+    reply.drain_conn()
     reply.release_conn()
     return int(reply.status)

@@ -23,7 +23,7 @@ def test_one_service_two_replicas_with_leader_election(monkeypatch: pytest.Monke
     assert deployment["spec"]["replicas"] == 2
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["command"][:2] == ["meridian", "regional-scheduler"]
+    assert container["command"][:3] == ["python", "-m", "regional_scheduler.kube_cli"]
     env = {e["name"]: e for e in container["env"]}
     assert env["MERIDIAN_REGIONAL_IDENTITY"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     for name, e in env.items():

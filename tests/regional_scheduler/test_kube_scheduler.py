@@ -251,7 +251,7 @@ def _lease_holder(core_api: client.ApiClient) -> str:
 def _start_replica(kubeconfig: Path, identity: str, log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "MERIDIAN_METRICS_PORT": "0"}
     return subprocess.Popen(
-        [sys.executable, "-m", "meridian.cli", "regional-scheduler", "--kubeconfig", str(kubeconfig),
+        [sys.executable, "-m", "regional_scheduler.kube_cli", "--kubeconfig", str(kubeconfig),
          "--identity", identity, "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.5",
          "--kube-api-qps", "40", "--kube-api-burst", "20", "--policy", "best-fit"],
         stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)

@@ -106,7 +106,22 @@ def test_forget_after_bound_keeps_the_pod() -> None:
     service.bound("p0")
     service.forget("p0")
     assert _free_milli_cpu(service) == {"n0": 1000}
+    # assumed until the informer shows it bound, then bound
+    assert service.counts() == {"nodes": 1, "pods": 0, "assumed": 1}
+    record = service.pods["p0"]
+    service.observe_bound("p0", record.pod, "n0")
     assert service.counts() == {"nodes": 1, "pods": 1, "assumed": 0}
+    assert _free_milli_cpu(service) == {"n0": 1000}  # confirmed without a second count
+
+
+def test_a_relist_read_before_the_binding_does_not_drop_the_bound_pod() -> None:
+    """The binder succeeded, then a relist that was read before the binding arrives: it does not list
+    the pod as bound, yet the pod's resources stay taken until the informer says otherwise."""
+    service = _service("best-fit", _node("n0"))
+    _decide_node(service, _pod("p0"))
+    service.bound("p0")
+    service.replace_bound({})
+    assert _free_milli_cpu(service) == {"n0": 1000}
 
 
 # ---------------------------------------------------------------------- pods bound by anyone
