@@ -58,7 +58,6 @@ import psutil
 import typer
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from kubernetes.watch.watch import iter_resp_lines
 from pydantic import BaseModel, Field
 
 from meridian import __version__ as meridian_version
@@ -68,6 +67,7 @@ from meridian.model import MILLI_GPU_PER_DEVICE, Node, Pod
 from meridian.simulator import seed_cluster, seed_pods
 from meridian.traces import TraceFormatError, openb
 from regional_scheduler import kube_objects as ko
+from regional_scheduler.informer import Informer
 
 MIXES = ("synthetic", "seed-50x200", "openb")
 Mix = Literal["synthetic", "seed-50x200", "openb"]
@@ -610,20 +610,29 @@ class PodWatch:
         self.unschedulable: set[str] = set()
         self.last_change = time.monotonic()
         self.last_binding: float | None = None
-        self.error: BaseException | None = None
         self._stop = threading.Event()
-        self._response: Any = None
         self._thread: threading.Thread | None = None
-        self._version = ""
+        # The same list-and-watch as the scheduler's informers (resume, bookmarks, 410 relist), with
+        # state of its own: what the benchmark reports never comes from a scheduler's view.
+        self._informer = Informer(name=f"bench-{namespace}",
+                                  list_fn=lambda **kw: self.core.list_namespaced_pod(namespace, **kw),
+                                  handler=self, watch_timeout_s=60)
 
     def start(self) -> PodWatch:
-        listing = json.loads(self.core.list_namespaced_pod(self.namespace, _preload_content=False).data)
-        self._version = (listing.get("metadata") or {}).get("resourceVersion", "")
-        for obj in listing.get("items") or []:
-            self._observe(obj)
-        self._thread = threading.Thread(target=self._run, name=f"bench-watch-{self.namespace}", daemon=True)
+        self._informer.list()  # before the backlog exists: the watch starts from this version
+        self._thread = threading.Thread(target=self._informer.run, args=(self._stop,),
+                                        name=f"bench-watch-{self.namespace}", daemon=True)
         self._thread.start()
         return self
+
+    # the informer's handler (regional_scheduler.informer.InformerHandler)
+    def relisted(self, items: list[dict[str, Any]]) -> None:
+        for obj in items:
+            self._observe(obj)
+
+    def event(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind in ("ADDED", "MODIFIED"):
+            self._observe(obj)
 
     def created(self, name: str) -> None:
         with self.lock:
@@ -646,54 +655,9 @@ class PodWatch:
                 self.unschedulable.add(name)
                 self.last_change = now
 
-    def _run(self) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                resp = self.core.list_namespaced_pod(
-                    self.namespace, watch=True, resource_version=self._version, allow_watch_bookmarks=True,
-                    timeout_seconds=60, _preload_content=False, _request_timeout=(10, 120))
-                self._response = resp
-                try:
-                    for line in iter_resp_lines(resp):
-                        if self._stop.is_set():
-                            return
-                        if not line:
-                            continue
-                        event = json.loads(line)
-                        kind, obj = event.get("type"), event.get("object") or {}
-                        if kind == "ERROR":
-                            raise ApiException(status=obj.get("code", 500), reason=obj.get("message"))
-                        self._version = (obj.get("metadata") or {}).get("resourceVersion") or self._version
-                        if kind in ("ADDED", "MODIFIED"):
-                            self._observe(obj)
-                finally:
-                    self._response = None
-                    resp.close()  # never back to the pool: a watch cut short leaves unread bytes
-                failures = 0
-            except ApiException as exc:
-                if exc.status != 410:
-                    failures += 1
-                else:  # the version is gone: list again (bindings seen late, but none missed)
-                    listing = json.loads(self.core.list_namespaced_pod(self.namespace, _preload_content=False).data)
-                    self._version = (listing.get("metadata") or {}).get("resourceVersion", "")
-                    for obj in listing.get("items") or []:
-                        self._observe(obj)
-            except Exception as exc:  # a reset stream: resume from the last version
-                if self._stop.is_set():
-                    return
-                failures += 1
-                if failures > 20:
-                    self.error = exc
-                    return
-                self._stop.wait(min(0.2 * failures, 2.0))
-
     def stop(self) -> None:
         self._stop.set()
-        resp = self._response
-        if resp is not None:
-            with contextlib.suppress(Exception):
-                resp.shutdown() if hasattr(resp, "shutdown") else resp.close()
+        self._informer.interrupt()
         if self._thread is not None:
             self._thread.join(timeout=5)
 
@@ -1041,8 +1005,6 @@ class KubernetesBench:
                 if code is not None:
                     raise SchedulerDiedError(f"{proc.name} exited with status {code} during its run; last lines of "
                                              f"{proc.log}:\n{_log_tail(proc.log)}")
-                if watch.error is not None:
-                    raise BenchError(f"the benchmark's pod watch failed: {watch.error}")
                 bound, unschedulable, last_change, last_binding = watch.snapshot()
                 self.progress.update(task, bound, f"{label}: pods bound ({unschedulable} unschedulable)"
                                      if unschedulable else None)

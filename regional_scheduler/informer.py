@@ -42,7 +42,7 @@ class Informer:
     def __init__(self, *, name: str, list_fn: ListFn, handler: InformerHandler, field_selector: str | None = None,
                  page_size: int = 500, watch_timeout_s: int = 300,
                  backoff_s: Sequence[float] = (0.2, 0.5, 1.0, 2.0, 5.0), before_call: Callable[[], Any] | None = None,
-                 ) -> None:
+                 request_timeout_s: float = 60.0) -> None:
         self.name = name
         self.list_fn = list_fn
         self.handler = handler
@@ -51,6 +51,7 @@ class Informer:
         self.watch_timeout_s = watch_timeout_s
         self.backoff_s = tuple(backoff_s)
         self.before_call = before_call
+        self.request_timeout_s = request_timeout_s
         self.resource_version: str | None = None
         self.synced = threading.Event()
         self.relists = 0
@@ -66,7 +67,8 @@ class Informer:
         while True:
             if self.before_call is not None:
                 self.before_call()
-            resp = self.list_fn(limit=self.page_size, _continue=cont, _preload_content=False, **self._kwargs())
+            resp = self.list_fn(limit=self.page_size, _continue=cont, _preload_content=False,
+                                _request_timeout=self.request_timeout_s, **self._kwargs())
             body = json.loads(resp.data)
             items.extend(body.get("items") or [])
             meta = body.get("metadata") or {}
@@ -82,8 +84,12 @@ class Informer:
         """One watch request, until it ends; raises ApiException(410) when the version is gone."""
         if self.before_call is not None:
             self.before_call()
+        # The server ends the watch after watch_timeout_s; the client's read timeout, a little longer,
+        # catches an API server that vanished without closing the connection (bookmarks arrive about
+        # once a minute, so a healthy watch is never silent that long).
         resp = self.list_fn(watch=True, resource_version=self.resource_version, allow_watch_bookmarks=True,
-                            timeout_seconds=self.watch_timeout_s, _preload_content=False, **self._kwargs())
+                            timeout_seconds=self.watch_timeout_s, _preload_content=False,
+                            _request_timeout=(self.request_timeout_s, self.watch_timeout_s + 30), **self._kwargs())
         self._response = resp
         try:
             for line in iter_resp_lines(resp):
@@ -102,11 +108,11 @@ class Informer:
                     self.resource_version = version
         finally:
             self._response = None
-            resp.release_conn()
+            resp.close()  # never back to the pool: a watch cut short leaves unread bytes on it
 
     def run(self, stop: threading.Event) -> None:
         failures = 0
-        need_list = True
+        need_list = self.resource_version is None  # a caller may have listed already
         while not stop.is_set():
             try:
                 if need_list:

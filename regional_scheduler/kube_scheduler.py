@@ -132,7 +132,8 @@ class KubernetesScheduler:
         # Events go through a client of their own with the same limits, as kube-scheduler's event
         # broadcaster does (its own clientset): a burst of FailedScheduling events never slows binding.
         self.event_limiter = TokenBucket(settings.kube_api_qps, settings.kube_api_burst)
-        self.binder = binder or KubernetesBinder(api, limiter=self.limiter)
+        self.binder = binder or KubernetesBinder(api, limiter=self.limiter,
+                                                 request_timeout_s=settings.request_timeout_s)
         self.core = client.CoreV1Api(api)
         self.queue = SchedulingQueue(initial_backoff_s=settings.initial_backoff_s,
                                      max_backoff_s=settings.max_backoff_s,

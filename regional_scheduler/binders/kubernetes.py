@@ -26,9 +26,13 @@ NAME = "kubernetes"
 class KubernetesBinder:
     name = NAME
 
-    def __init__(self, api: client.ApiClient, *, limiter: TokenBucket | None = None) -> None:
+    def __init__(self, api: client.ApiClient, *, limiter: TokenBucket | None = None,
+                 request_timeout_s: float = 30.0) -> None:
         self.core = client.CoreV1Api(api)
         self.limiter = limiter
+        # An API server that stops answering must fail the binding (rolled back, retried after a
+        # back-off), not hold its assumption and a binding thread forever.
+        self.request_timeout_s = request_timeout_s
 
     def bind(self, request: BindRequest) -> None:
         body = {
@@ -42,7 +46,8 @@ class KubernetesBinder:
             self.limiter.acquire()
         try:
             reply = self.core.create_namespaced_pod_binding(request.name, request.namespace, body,
-                                                            _preload_content=False)
+                                                            _preload_content=False,
+                                                            _request_timeout=self.request_timeout_s)
         except ApiException as exc:
             if exc.status == 409:
                 raise BindConflictError(f"pod {request.key} is already bound: {exc.reason}") from exc
