@@ -829,15 +829,15 @@ def _create_ready_node(core: k8s.CoreV1Api, spec: NodeSpec, labels: Mapping[str,
     # subresource patch is the documented route; take it only when the create dropped the status.
     conditions = (created.get("status") or {}).get("conditions") or []
     if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
-        _discard(core.patch_node_status(name, {"status": status}, _preload_content=False))
+        discard_reply(core.patch_node_status(name, {"status": status}, _preload_content=False))
     # Admission (TaintNodesByCondition) adds the not-ready taint on create; without a kubelet nothing
     # would ever lift it, so lift it here and keep the spec's own taints.
     if any(t.get("key") == NOT_READY_TAINT for t in (created.get("spec") or {}).get("taints") or []):
-        _discard(core.patch_node(name, {"spec": {"taints": taints or None}}, _preload_content=False))
+        discard_reply(core.patch_node(name, {"spec": {"taints": taints or None}}, _preload_content=False))
     return name
 
 
-def _discard(response: Any) -> None:
+def discard_reply(response: Any) -> None:
     """Read an undecoded reply to its end before its connection goes back to the pool: a reply still
     arriving on a pooled connection would be read as the next request's answer."""
     response.drain_conn()
@@ -867,7 +867,7 @@ def delete_nodes(api: k8s.ApiClient, label_selector: str) -> None:
     if not label_selector:
         raise ValueError("refusing to delete every Node: give a label selector")
     # The reply lists every deleted Node; it is not worth decoding.
-    _discard(k8s.CoreV1Api(api).delete_collection_node(label_selector=label_selector, _preload_content=False))
+    discard_reply(k8s.CoreV1Api(api).delete_collection_node(label_selector=label_selector, _preload_content=False))
 
 
 def wait_for(predicate: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.2,

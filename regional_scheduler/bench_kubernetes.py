@@ -62,7 +62,7 @@ from pydantic import BaseModel, Field
 
 from meridian import __version__ as meridian_version
 from meridian import envtest, quantity
-from meridian.envtest import ControlPlane, NodeSpec
+from meridian.envtest import ControlPlane, NodeSpec, discard_reply
 from meridian.model import MILLI_GPU_PER_DEVICE, Node, Pod
 from meridian.simulator import seed_cluster, seed_pods
 from meridian.traces import TraceFormatError, openb
@@ -840,13 +840,6 @@ class NoProgress:
 # ------------------------------------------------------------------------------------------- run
 
 
-def _discard(resp: Any) -> None:
-    """Read a raw reply to its end, then return its connection to the pool: a connection released
-    with bytes unread would hand them to the next request on it as its status line."""
-    resp.drain_conn()
-    resp.release_conn()
-
-
 def _retrying(call: Callable[[], Any], *, attempts: int = 6) -> Any:
     """An API call retried on 429 and 5xx (the API server sheds load under a burst of creates)."""
     for attempt in range(attempts):
@@ -974,7 +967,7 @@ class KubernetesBench:
 
             def create() -> None:
                 try:
-                    _discard(core.create_namespaced_pod(namespace, body, _preload_content=False))
+                    discard_reply(core.create_namespaced_pod(namespace, body, _preload_content=False))
                 except ApiException as exc:
                     if exc.status != 409:  # 409: an earlier attempt was applied
                         raise
@@ -1028,15 +1021,15 @@ class KubernetesBench:
 
     def _clear_namespace(self, api: k8s.ApiClient, namespace: str) -> None:
         core = k8s.CoreV1Api(api)
-        _retrying(lambda: _discard(core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0,
+        _retrying(lambda: discard_reply(core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0,
                                                                          _preload_content=False)))
         envtest.wait_for(lambda: not json.loads(core.list_namespaced_pod(
             namespace, limit=1, _preload_content=False).data).get("items"), timeout=300, interval=0.5,
             message=f"the pods of namespace {namespace} to be deleted")
         with contextlib.suppress(ApiException):
-            _discard(core.delete_collection_namespaced_event(namespace, _preload_content=False))
+            discard_reply(core.delete_collection_namespaced_event(namespace, _preload_content=False))
         with contextlib.suppress(ApiException):
-            _discard(core.delete_namespace(namespace, _preload_content=False))
+            discard_reply(core.delete_namespace(namespace, _preload_content=False))
 
     def run_scheduler(self, api: k8s.ApiClient, index: int, name: str) -> SchedulerResult:
         s = self.settings

@@ -40,6 +40,9 @@ class _Response:
     def release_conn(self) -> None:
         pass
 
+    def close(self) -> None:
+        pass
+
 
 def _pod(name: str, rv: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "resourceVersion": rv}}

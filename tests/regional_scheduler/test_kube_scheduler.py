@@ -340,3 +340,108 @@ def test_node_telemetry_joins_the_api_servers_allocation_in_one_state_and_summar
             assert s.requested.milli_cpu >= 3000  # from the API server, not from the report
         finally:
             telemetry.close()
+
+
+def test_an_api_server_that_stops_answering_loses_no_pod_and_overcommits_nothing(
+        kube_control_plane: ControlPlane, kube_api: client.ApiClient, kube_namespace: str,
+        scheduler_kubeconfig: Path) -> None:
+    """The API server is frozen (SIGSTOP) for longer than a request timeout while bindings are in
+    flight: those bindings fail, their assumptions roll back, and once it answers again every pod
+    ends bound exactly once within capacity."""
+    if kube_control_plane.external:
+        pytest.skip("freezing the API server needs the local control plane")
+    core = client.CoreV1Api(kube_api)
+    specs = [{"name": f"fz{i}-{kube_namespace[-6:]}", "capacity": {"cpu": "8", "memory": "16Gi"}} for i in range(3)]
+    with ready_nodes(kube_api, specs) as (names, _):
+        for i in range(60):  # 60 × 400m = 24 CPU: exactly the three nodes' 24
+            core.create_namespaced_pod(kube_namespace, pod_body(f"f{i}", cpu="400m", memory="256Mi"))
+        apiserver = kube_control_plane.processes["kube-apiserver"]
+        with running_scheduler(scheduler_kubeconfig, kube_api_qps=20, kube_api_burst=5,
+                               request_timeout_s=2.0) as runner:
+            wait_for(lambda: sum(1 for p in pods_of(core, kube_namespace) if p.spec.node_name) >= 10, timeout=30,
+                     message="part of the backlog bound")
+            os.kill(apiserver.pid, signal.SIGSTOP)
+            try:
+                time.sleep(5.0)  # longer than the bindings' request timeout
+            finally:
+                os.kill(apiserver.pid, signal.SIGCONT)
+            wait_for(lambda: all(p.spec.node_name for p in pods_of(core, kube_namespace)), timeout=90,
+                     message="the whole backlog bound after the API server came back")
+            assert runner.errors_total >= 1  # bindings did fail while it was frozen
+        assert_no_overcommit(core, names)
+        per_node = {n: 0 for n in names}
+        for p in pods_of(core, kube_namespace):
+            per_node[p.spec.node_name] += 1
+        assert per_node == {n: 20 for n in names}  # full, and not one pod more
+
+
+class _RacedBinder:
+    """Another scheduler binds the pod a moment before Meridian's binding reaches the API server."""
+
+    name = "raced"
+
+    def __init__(self, admin: client.ApiClient, inner: KubernetesBinder, elsewhere: str) -> None:
+        self.admin, self.inner, self.elsewhere = admin, inner, elsewhere
+
+    def bind(self, request: BindRequest) -> None:
+        from tests.kube_helpers import bind_pod
+
+        bind_pod(self.admin, request.namespace, request.name, self.elsewhere)  # 201, or 409 on a retry
+        self.inner.bind(request)
+
+
+def test_a_409_conflict_is_reconciled_from_the_informer_not_retried(
+        kube_control_plane: ControlPlane, kube_api: client.ApiClient, kube_namespace: str,
+        scheduler_kubeconfig: Path) -> None:
+    from prometheus_client import REGISTRY
+
+    core = client.CoreV1Api(kube_api)
+    specs = [{"name": f"mine-{kube_namespace[-6:]}", "capacity": {"cpu": "4", "memory": "8Gi"}},
+             {"name": f"theirs-{kube_namespace[-6:]}", "capacity": {"cpu": "4", "memory": "8Gi"},
+              "taints": [{"key": "other-scheduler", "value": "only", "effect": "NoSchedule"}]}]
+    with ready_nodes(kube_api, specs) as (names, _):
+        settings = KubeSchedulerSettings(leader_elect=False, kube_api_qps=0, cluster="race")
+        api = api_client_from(str(scheduler_kubeconfig))
+        service = RegionalScheduler(cluster="race", policy="fgd")
+        runner = KubernetesScheduler(api=api, service=service, settings=settings,
+                                     binder=_RacedBinder(kube_control_plane.api_client(), KubernetesBinder(api),
+                                                         names[1]))
+        conflicts = REGISTRY.get_sample_value("meridian_regional_bind_conflicts_total", {"cluster": "race"}) or 0.0
+        thread = threading.Thread(target=runner.run, daemon=True)
+        thread.start()
+        try:
+            core.create_namespaced_pod(kube_namespace, pod_body("raced", cpu="3"))
+            wait_for(lambda: core.read_namespaced_pod("raced", kube_namespace).spec.node_name, timeout=20,
+                     message="the pod bound")
+            # Meridian's state follows where the pod really is: the other node, 3 CPU taken there.
+            wait_for(lambda: service.state.req_milli_cpu[service.state.index[names[1]]] == 3000, timeout=10,
+                     message="the informer's view of the winning binding")
+            assert service.state.req_milli_cpu[service.state.index[names[0]]] == 0  # the assumption is gone
+            after = REGISTRY.get_sample_value("meridian_regional_bind_conflicts_total", {"cluster": "race"})
+            assert after == conflicts + 1
+            assert runner.errors_total == 0 and runner.bound_total == 0  # reconciled, never retried
+            assert core.read_namespaced_pod("raced", kube_namespace).spec.node_name == names[1]
+        finally:
+            runner.stop.set()
+            thread.join(timeout=20)
+
+
+def test_kube_scheduler_named_metrics_count_attempts(
+        kube_api: client.ApiClient, kube_namespace: str, scheduler_kubeconfig: Path) -> None:
+    from prometheus_client import REGISTRY
+
+    def value(result: str) -> float:
+        return REGISTRY.get_sample_value("scheduler_schedule_attempts_total",
+                                         {"result": result, "profile": "meridian"}) or 0.0
+
+    core = client.CoreV1Api(kube_api)
+    before = {r: value(r) for r in ("scheduled", "unschedulable")}
+    with ready_nodes(kube_api, [{"name": f"m-{kube_namespace[-6:]}", "capacity": {"cpu": "2", "memory": "4Gi"}}]), \
+            running_scheduler(scheduler_kubeconfig):
+        core.create_namespaced_pod(kube_namespace, pod_body("fits", cpu="1"))
+        core.create_namespaced_pod(kube_namespace, pod_body("too-big", cpu="16"))
+        wait_for(lambda: settled(core, kube_namespace), timeout=20, message="both decided")
+        wait_for(lambda: value("scheduled") >= before["scheduled"] + 1, timeout=10, message="scheduled counted")
+    assert value("unschedulable") >= before["unschedulable"] + 1
+    assert REGISTRY.get_sample_value("scheduler_e2e_scheduling_duration_seconds_count",
+                                     {"result": "scheduled", "profile": "meridian"}) >= 1
