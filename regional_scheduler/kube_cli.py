@@ -27,6 +27,7 @@ def regional_scheduler_command(
     leader_elect: bool | None = typer.Option(None, "--leader-elect/--no-leader-elect", help="schedule only while "
                                              "holding the Lease (default on)"),
     lease_namespace: str | None = typer.Option(None, help="namespace of the leader Lease"),
+    lease_name: str | None = typer.Option(None, help="name of the leader Lease (default meridian-regional-scheduler)"),
     lease_duration_s: float | None = typer.Option(None, "--lease-duration", help="seconds before a standby takes "
                                                   "over (default 15)"),
     renew_deadline_s: float | None = typer.Option(None, "--renew-deadline", help="seconds a leader may fail to renew"),
@@ -55,7 +56,7 @@ def regional_scheduler_command(
     overrides = {k: v for k, v in {
         "cluster": cluster, "policy": policy, "scheduler_name": scheduler_name, "kube_api_qps": kube_api_qps,
         "kube_api_burst": kube_api_burst, "bind_workers": bind_workers, "leader_elect": leader_elect,
-        "lease_namespace": lease_namespace, "lease_duration_s": lease_duration_s,
+        "lease_namespace": lease_namespace, "lease_name": lease_name, "lease_duration_s": lease_duration_s,
         "renew_deadline_s": renew_deadline_s, "retry_period_s": retry_period_s, "identity": identity,
         "bus_url": bus_url, "region": region,
     }.items() if v is not None}

@@ -240,19 +240,19 @@ def test_binding_subresource_quirk_of_the_official_client_is_pinned(
             binder.bind(BindRequest(namespace=kube_namespace, name="missing", uid="x", node=names[0]))
 
 
-def _lease_holder(core_api: client.ApiClient) -> str:
+def _lease_holder(core_api: client.ApiClient, lease_name: str) -> str:
     try:
-        lease = client.CoordinationV1Api(core_api).read_namespaced_lease(SA_NAME, SA_NAMESPACE)
+        lease = client.CoordinationV1Api(core_api).read_namespaced_lease(lease_name, SA_NAMESPACE)
     except ApiException:
         return ""
     return lease.spec.holder_identity or ""
 
 
-def _start_replica(kubeconfig: Path, identity: str, log: Path) -> subprocess.Popen[bytes]:
+def _start_replica(kubeconfig: Path, identity: str, log: Path, lease_name: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "MERIDIAN_METRICS_PORT": "0"}
     return subprocess.Popen(
         [sys.executable, "-m", "regional_scheduler.kube_cli", "--kubeconfig", str(kubeconfig),
-         "--identity", identity, "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.5",
+         "--identity", identity, "--lease-name", lease_name, "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.5",
          "--kube-api-qps", "40", "--kube-api-burst", "20", "--policy", "best-fit"],
         stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
 
@@ -261,22 +261,23 @@ def _start_replica(kubeconfig: Path, identity: str, log: Path) -> subprocess.Pop
 def test_killing_the_leader_under_a_backlog_hands_over_within_the_lease(
         kube_api: client.ApiClient, kube_namespace: str, scheduler_kubeconfig: Path, tmp_path: Path) -> None:
     core = client.CoreV1Api(kube_api)
-    client.CoordinationV1Api(kube_api).delete_collection_namespaced_lease(SA_NAMESPACE)
+    lease = f"meridian-test-{kube_namespace[-10:]}"  # its own Lease: never a real deployment's
     n_pods = 300
     specs = [{"name": f"le{i}-{kube_namespace[-6:]}", "capacity": {"cpu": "32", "memory": "64Gi"}} for i in range(4)]
     with ready_nodes(kube_api, specs) as (names, _):
         for i in range(n_pods):
             core.create_namespaced_pod(kube_namespace, pod_body(f"w{i}", cpu="300m", memory="128Mi"))
-        replicas = {ident: _start_replica(scheduler_kubeconfig, ident, tmp_path / f"{ident}.log")
+        replicas = {ident: _start_replica(scheduler_kubeconfig, ident, tmp_path / f"{ident}.log", lease)
                     for ident in ("replica-a", "replica-b")}
         try:
-            leader = wait_for(lambda: _lease_holder(kube_api), timeout=30, message="a leader")
+            leader = wait_for(lambda: _lease_holder(kube_api, lease), timeout=30, message="a leader")
             wait_for(lambda: sum(1 for p in pods_of(core, kube_namespace) if p.spec.node_name) >= 40, timeout=60,
                      message="the leader binding part of the backlog")
             replicas[leader].send_signal(signal.SIGKILL)
             killed_at = time.monotonic()
             standby = next(i for i in replicas if i != leader)
-            wait_for(lambda: _lease_holder(kube_api) == standby, timeout=20, message="the standby taking the lease")
+            wait_for(lambda: _lease_holder(kube_api, lease) == standby, timeout=20,
+                     message="the standby taking the lease")
             takeover_s = time.monotonic() - killed_at
             wait_for(lambda: all(p.spec.node_name for p in pods_of(core, kube_namespace)), timeout=120,
                      message="the whole backlog bound")
@@ -288,7 +289,7 @@ def test_killing_the_leader_under_a_backlog_hands_over_within_the_lease(
             # A clean stop (SIGTERM) releases the Lease at once.
             replicas[standby].send_signal(signal.SIGTERM)
             assert replicas[standby].wait(timeout=30) == 0
-            assert _lease_holder(kube_api) == ""
+            assert _lease_holder(kube_api, lease) == ""
         finally:
             for proc in replicas.values():
                 if proc.poll() is None:
