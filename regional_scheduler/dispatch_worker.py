@@ -14,7 +14,11 @@ simulated cluster where pods start at once, ``RUNNING``. ``ReleaseWorkload`` fre
 The payload contract is the proto (``protos/dispatch.proto``); this module does not import the
 global scheduler. Delivery is at least once (consumer group, ack after apply, ``XAUTOCLAIM`` of a
 dead consumer's pending entries), so application is idempotent per ``(workload_id, attempt)``: a
-redelivered place of an attempt already applied is acknowledged without placing twice.
+redelivered place of an attempt already applied is acknowledged without placing twice. Its events
+are another matter: an entry is acknowledged only after its events are published, and when that
+publish fails (Redis restarting) the entry comes back while the placement is already applied. The
+events of an applied action are therefore kept until they are published and sent again on
+redelivery; the global scheduler applies a phase of an attempt once, so a repeat is harmless.
 
 It also publishes a ``ClusterSummary`` of its (simulated) cluster to ``meridian:summary`` every
 ``summary_interval_s``, which is how the global registry learns about a simulated cluster.
@@ -106,7 +110,11 @@ class DispatchWorker:
         self.binder = SimulatedBinder()
         self.held: dict[str, Held] = {}
         self.applied: set[tuple[str, int]] = set()
-        self.lock = threading.Lock()
+        # Events of applied actions not yet known to be published, by (workload, attempt, action), and
+        # the keys whose events are in the batch being handled (sent once per batch).
+        self.unpublished: dict[tuple[str, int, str], list[bytes]] = {}
+        self._in_batch: set[tuple[str, int, str]] = set()
+        self.lock = threading.RLock()
         self.sequence = 0
         self.stream = dispatch_stream(self.cluster)
         self.events = events_stream(self.cluster)
@@ -136,12 +144,30 @@ class DispatchWorker:
         self._unbind(held.uids)
         return True
 
+    def _remember(self, key: tuple[str, int, str], events: list[bytes]) -> list[bytes]:
+        if events:
+            self.unpublished[key] = events
+            self._in_batch.add(key)
+        return events
+
+    def _replay(self, key: tuple[str, int, str]) -> list[bytes]:
+        """A redelivered action already applied: its events again if their publish never succeeded."""
+        events = self.unpublished.get(key)
+        if events is None or key in self._in_batch:
+            return []
+        self._in_batch.add(key)
+        return events
+
     def place(self, msg: dpb.PlaceWorkload) -> list[bytes]:
         key = (msg.workload_id, msg.attempt)
         with self.lock:
             if key in self.applied:
-                return []  # redelivery of an attempt already applied
+                return self._replay((*key, "place"))  # redelivery of an attempt already applied
             self.applied.add(key)
+            return self._remember((*key, "place"), self._place(msg))
+
+    def _place(self, msg: dpb.PlaceWorkload) -> list[bytes]:
+        with self.lock:
             if msg.workload_id in self.held:
                 self._release(msg.workload_id)  # an older attempt routed here before
             r = msg.requests
@@ -200,13 +226,15 @@ class DispatchWorker:
         return out
 
     def release(self, msg: dpb.ReleaseWorkload) -> list[bytes]:
+        key = (msg.workload_id, msg.attempt, "release")
         with self.lock:
             held = self.held.get(msg.workload_id)
             if held is None or held.attempt > msg.attempt:
                 self.applied.add((msg.workload_id, msg.attempt))  # a late place of this attempt is void
-                return []
+                return self._replay(key)
             self._release(msg.workload_id)
-        return [self._event(msg.workload_id, msg.attempt, dpb.PLACEMENT_PHASE_RELEASED, msg.reason)]
+            return self._remember(key, [self._event(msg.workload_id, msg.attempt, dpb.PLACEMENT_PHASE_RELEASED,
+                                                    msg.reason)])
 
     def handle(self, entry: StreamEntry) -> list[bytes]:
         msg = dpb.DispatchMessage.FromString(entry.payload)
@@ -229,6 +257,7 @@ class DispatchWorker:
         if not entries:
             return 0
         out: list[bytes] = []
+        self._in_batch = set()
         for entry in entries:
             try:
                 out.extend(self.handle(entry))
@@ -236,8 +265,12 @@ class DispatchWorker:
                 self.bus.dead_letter(self.stream, entry, reason=f"cannot apply: {exc}", group=GROUP,
                                      consumer=self.consumer)
                 obs.STREAM_DEAD_LETTERS.labels(stream="meridian:dispatch", reason="apply").inc()
-        if out:
+        if out:  # a failure here leaves the entries pending: redelivered, their events are sent again
             self.bus.publish_many(self.events, out, maxlen=self.settings.events_maxlen)
+        with self.lock:
+            for key in self._in_batch:
+                self.unpublished.pop(key, None)
+            self._in_batch = set()
         self.bus.ack(self.stream, GROUP, [e.entry_id for e in entries])
         return len(entries)
 

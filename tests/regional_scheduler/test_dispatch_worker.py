@@ -150,3 +150,39 @@ def test_summary_names_what_each_workload_holds(worker: DispatchWorker) -> None:
         cluster="c1", release=dpb.ReleaseWorkload(workload_id="w1", attempt=1)).SerializeToString())
     worker.poll_once()
     assert [h.workload for h in worker.summary().holdings] == ["w2"]
+
+
+def test_events_whose_publish_failed_are_sent_on_redelivery(redis_url: str, key_prefix: str,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The placement is applied, then publishing its events fails (Redis restarting): the entry stays
+    pending, and its redelivery must send the events instead of treating the entry as a duplicate
+    (which left the workload DISPATCHED forever while the cluster held it)."""
+    import time
+
+    from meridian.bus import BusUnavailableError
+
+    nodes = [Node(name=f"n{i}", capacity=Resources(milli_cpu="16", memory_bytes=64 * GIB)) for i in range(2)]
+    w = DispatchWorker(bus=open_bus(redis_url, key_prefix=key_prefix), state=simulated_cluster(nodes),
+                       settings=DispatchWorkerSettings(cluster="c1", block_ms=10, claim_idle_ms=1000))
+    w.bus.ensure_group(w.stream, "regional-dispatch")
+    w.bus.publish(dispatch_stream("c1"), place("w1"))
+    real_publish = w.bus.publish_many
+
+    def unavailable(*args: object, **kwargs: object) -> None:
+        raise BusUnavailableError("connection refused (Redis restarting)")
+
+    monkeypatch.setattr(w.bus, "publish_many", unavailable)
+    with pytest.raises(BusUnavailableError):
+        w.poll_once()
+    assert events(w) == [] and w.bus.pending(dispatch_stream("c1"), "regional-dispatch") == 1
+    assert int(w.state.req_milli_cpu.sum()) == 16000  # applied before the publish failed
+    monkeypatch.setattr(w.bus, "publish_many", real_publish)
+    time.sleep(1.1)  # the entry is idle long enough to be claimed again
+    w.poll_once()
+    assert [e.phase for e in events(w)] == [dpb.PLACEMENT_PHASE_SCHEDULED, dpb.PLACEMENT_PHASE_RUNNING]
+    assert w.bus.pending(dispatch_stream("c1"), "regional-dispatch") == 0
+    assert int(w.state.req_milli_cpu.sum()) == 16000  # placed once
+    # Once published, a further redelivery of the same attempt sends nothing more.
+    w.bus.publish(dispatch_stream("c1"), place("w1"))
+    w.poll_once()
+    assert len(events(w)) == 2
