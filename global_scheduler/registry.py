@@ -2,7 +2,13 @@
 
 Summaries arrive on ``meridian:summary`` (newest per cluster wins, by sequence and time). A cluster
 whose summaries stop for ``cluster_timeout_s`` is marked down; the scheduler then reroutes its
-workloads. Between summaries the router *reserves* what it dispatched so a burst of submissions does
+workloads. Silence is judged only on time the bus was readable: while the scheduler cannot read the
+bus (:meth:`ClusterRegistry.bus_unreachable`) no cluster is judged, and once it can again
+(:meth:`ClusterRegistry.bus_readable`) every cluster gets a whole timeout to be heard from, since its
+summaries of the outage were never written. A Redis restart is not a cluster outage. The timeout is
+also never shorter than twice the interval a cluster's summaries actually arrive at (measured from
+their generation times), so a timeout set at or below the regional summary interval cannot make a
+healthy cluster flap. Between summaries the router *reserves* what it dispatched so a burst of submissions does
 not all land on the cluster that looked emptiest at the last summary; a newer summary (which already
 counts those placements) clears the reservations made before it was generated.
 
@@ -38,6 +44,7 @@ class ClusterRecord:
     max_node_alloc_cpu: float = 0.0  # largest single-node free CPU ever seen (≈ largest node)
     max_node_alloc_mem: float = 0.0
     queued: int = 0
+    interval_s: float = 0.0  # measured period of its summaries (moving average); 0 until two arrived
 
 
 class ClusterRegistry:
@@ -50,6 +57,25 @@ class ClusterRegistry:
         self._clusters: dict[str, ClusterRecord] = {}
         self._regions: list[str] = []
         self.carbon_history = HourlyCarbonHistory()
+        self._bus_down_since: float | None = None
+        self._bus_back_s = float("-inf")
+
+    # ------------------------------------------------------------------ the bus itself
+    def bus_unreachable(self, now_s: float) -> None:
+        """The summary stream cannot be read: stop judging clusters until it can."""
+        with self._lock:
+            if self._bus_down_since is None:
+                self._bus_down_since = now_s
+
+    def bus_readable(self, now_s: float) -> None:
+        """A read of the summary stream succeeded."""
+        with self._lock:
+            if self._bus_down_since is not None:
+                self._bus_down_since = None
+                self._bus_back_s = now_s
+
+    def timeout_for(self, rec: ClusterRecord) -> float:
+        return max(self.timeout_s, 2.0 * rec.interval_s)
 
     # ------------------------------------------------------------------ updates
     def apply(self, summary: tpb.ClusterSummary, now_s: float | None = None) -> bool:
@@ -61,6 +87,9 @@ class ClusterRegistry:
                     summary.generated_unix_ms <= rec.summary.generated_unix_ms:
                 return False
             came_up = rec is None or not rec.ready
+            if rec is not None and summary.generated_unix_ms > rec.summary.generated_unix_ms > 0:
+                gap_s = (summary.generated_unix_ms - rec.summary.generated_unix_ms) / 1000.0
+                rec.interval_s = gap_s if rec.interval_s == 0 else 0.8 * rec.interval_s + 0.2 * gap_s
             if rec is None:
                 rec = ClusterRecord(summary.cluster, summary.region, summary, now_s)
                 self._clusters[summary.cluster] = rec
@@ -80,12 +109,16 @@ class ClusterRegistry:
             return came_up and rec.ready
 
     def sweep(self, now_s: float | None = None) -> list[str]:
-        """Mark clusters without a recent summary down; returns the ones that just went down."""
+        """Mark clusters without a recent summary down; returns the ones that just went down. Nothing is
+        judged while the bus is unreachable, and silence counts from when it became readable again."""
         now_s = time.time() if now_s is None else now_s
         down = []
         with self._lock:
+            if self._bus_down_since is not None:
+                return []
             for rec in self._clusters.values():
-                if rec.ready and now_s - rec.last_seen_s > self.timeout_s:
+                heard_s = max(rec.last_seen_s, self._bus_back_s)
+                if rec.ready and now_s - heard_s > self.timeout_for(rec):
                     rec.ready = False
                     down.append(rec.name)
         return down

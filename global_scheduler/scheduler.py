@@ -416,8 +416,13 @@ class GlobalScheduler:
     def _summary_loop(self) -> None:
         stream = SUMMARY_STREAM
         while not self._stop.is_set():
-            entries = self.bus.read_group(stream, self.instance, self.instance, count=1000,
-                                          block_ms=self.settings.bus.poll_block_ms)
+            try:
+                entries = self.bus.read_group(stream, self.instance, self.instance, count=1000,
+                                              block_ms=self.settings.bus.poll_block_ms)
+            except BusUnavailableError:
+                self.registry.bus_unreachable(self.clock())  # not the clusters' silence: the guard backs off
+                raise
+            self.registry.bus_readable(self.clock())
             for entry in entries:
                 try:
                     summary = tpb.ClusterSummary.FromString(entry.payload)

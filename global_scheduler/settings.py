@@ -43,7 +43,9 @@ class BusSettings(BaseModel):
 
 class RegistrySettings(BaseModel):
     cluster_timeout_s: float = Field(15.0, gt=0, description="A cluster with no summary for this long is down "
-                                     "and its workloads are rerouted; 1.5 regional summary intervals (10 s).")
+                                     "and its workloads are rerouted; 1.5 regional summary intervals (10 s). Only "
+                                     "time the bus was readable counts, and a cluster whose summaries arrive less "
+                                     "often gets twice its measured interval instead.")
     sweep_interval_s: float = Field(1.0, gt=0, description="How often liveness is checked (s).")
     default_rtt_ms: float = Field(80.0, gt=0, description="Round trip assumed between two regions that have no "
                                   "known coordinates (ms).")

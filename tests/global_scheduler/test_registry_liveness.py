@@ -1,0 +1,89 @@
+"""A Redis outage is not a cluster outage: the registry judges a cluster's silence only on time the
+bus was readable, and never on a timeout shorter than the interval its summaries arrive at."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from global_scheduler.registry import ClusterRegistry
+from protos import telemetry_pb2 as tpb
+from tests.conftest import RedisServer
+from tests.global_scheduler.conftest import Federation
+
+
+def _summary(cluster: str, sequence: int, generated_s: float) -> tpb.ClusterSummary:
+    return tpb.ClusterSummary(cluster=cluster, region="eu-north", sequence=sequence, nodes_total=1,
+                              nodes_schedulable=1, generated_unix_ms=int(generated_s * 1000))
+
+
+def test_no_cluster_is_judged_while_the_bus_is_unreachable() -> None:
+    reg = ClusterRegistry(cluster_timeout_s=15.0)
+    reg.apply(_summary("a", 1, 0.0), now_s=0.0)
+    reg.bus_unreachable(5.0)
+    assert reg.sweep(30.0) == []  # 30 s of silence, but the bus could not be read for 25 of them
+    reg.bus_readable(31.0)
+    assert reg.sweep(45.0) == []  # 14 s since the bus came back: still inside one timeout
+    assert reg.sweep(46.5) == ["a"]  # 15.5 s of readable silence: down
+    assert not reg.is_ready("a")
+
+
+def test_a_cluster_heard_after_the_outage_stays_up() -> None:
+    reg = ClusterRegistry(cluster_timeout_s=15.0)
+    reg.apply(_summary("a", 1, 0.0), now_s=0.0)
+    reg.bus_unreachable(1.0)
+    reg.bus_readable(20.0)
+    reg.apply(_summary("a", 2, 25.0), now_s=25.0)
+    assert reg.sweep(39.0) == [] and reg.is_ready("a")
+
+
+def test_the_timeout_is_never_below_twice_the_measured_summary_interval() -> None:
+    # Summaries every 20 s against a 15 s timeout: the effective timeout is 2 × 20 = 40 s.
+    reg = ClusterRegistry(cluster_timeout_s=15.0)
+    for k in range(4):
+        reg.apply(_summary("slow", k + 1, 20.0 * k), now_s=20.0 * k)
+    assert reg.sweep(60.0 + 19.0) == []  # between two summaries: no flap
+    assert reg.sweep(60.0 + 41.0) == ["slow"]  # two summaries missed: down
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The federation runs on a private Redis this test can restart."""
+    return redis_server.url
+
+
+def test_a_redis_restart_longer_than_the_cluster_timeout_moves_nothing(
+        federation: Callable[..., Federation], redis_server: RedisServer) -> None:
+    fed = federation(cluster_timeout_s=2.0)
+    downs: list[str] = []
+    real_sweep = fed.engine.registry.sweep
+
+    def recording_sweep(now_s: float | None = None) -> list[str]:
+        went_down = real_sweep(now_s)
+        downs.extend(went_down)
+        return went_down
+
+    fed.engine.registry.sweep = recording_sweep  # type: ignore[method-assign]
+    stop = threading.Event()
+    not_ready: list[str] = []
+
+    def watch() -> None:
+        while not stop.is_set():
+            not_ready.extend(n for n in fed.engine.registry.names() if not fed.engine.registry.is_ready(n))
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        redis_server.kill()
+        time.sleep(4.0)  # twice the cluster timeout
+        redis_server.start()
+        time.sleep(4.0)  # the regional workers reconnect and publish again; the registry hears them
+    finally:
+        stop.set()
+        watcher.join(timeout=5)
+    assert downs == [] and not_ready == []
+    assert all(fed.engine.registry.is_ready(n) for n in ("north-1", "central-1"))
