@@ -15,11 +15,26 @@ from meridian import quantity
 from meridian.model import MILLI_GPU_PER_DEVICE
 from protos import global_api_pb2 as api
 
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-REGION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+# Patterns are applied with fullmatch: `$` in `match` also matches before a trailing newline ("web\n").
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+REGION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+# Printable ASCII without separators: tenants name keys of the accounting ledger ("|" is its
+# separator) and are shown in terminals (no control, bidi or ANSI escape characters).
+TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/-]{0,252}")
 CLASSES = ("", "latency-sensitive", "batch")
 MAX_REPLICAS = 10_000
 MAX_IDEMPOTENCY_KEY = 256
+MAX_ALLOWED_REGIONS = 64  # far more regions than any provider has; bounds what one request can store
+MAX_WEIGHT = 1e6  # objective weights are relative; larger values only overflow the features
+ECHO_CHARS = 64
+
+
+def echo(value: str) -> str:
+    """A rejected value as an error message quotes it: at most ECHO_CHARS, so a 1 MB name cannot turn
+    INVALID_ARGUMENT into RESOURCE_EXHAUSTED on the reply's metadata."""
+    if len(value) <= ECHO_CHARS:
+        return repr(value)
+    return f"{value[:ECHO_CHARS]!r}… ({len(value):,} characters)"
 
 
 class InvalidArgumentError(ValueError):
@@ -80,10 +95,14 @@ def validate_submit(request: api.SubmitWorkloadRequest, *, now_s: float) -> Pars
     if not request.HasField("spec"):
         raise InvalidArgumentError("spec", "required")
     spec = request.spec
-    if not DNS_LABEL.match(spec.name):
-        raise InvalidArgumentError("spec.name", f"{spec.name!r} is not a DNS-1123 label (lower case, digits, '-', ≤ 63)")
-    if not spec.tenant or len(spec.tenant) > 253:
-        raise InvalidArgumentError("spec.tenant", "required, at most 253 characters")
+    if not DNS_LABEL.fullmatch(spec.name):
+        raise InvalidArgumentError("spec.name", f"{echo(spec.name)} is not a DNS-1123 label (lower case, digits, '-', "
+                                   "≤ 63)")
+    if not spec.tenant:
+        raise InvalidArgumentError("spec.tenant", "required")
+    if not TENANT.fullmatch(spec.tenant):
+        raise InvalidArgumentError("spec.tenant", f"{echo(spec.tenant)}: at most 253 characters, letters, digits and "
+                                   "'.', '_', ':', '@', '/', '-', starting with a letter or digit")
     if not 1 <= spec.replicas <= MAX_REPLICAS:
         raise InvalidArgumentError("spec.replicas", f"must be between 1 and {MAX_REPLICAS}, got {spec.replicas}")
     if not -1_000_000 <= spec.priority <= 1_000_000:
@@ -91,11 +110,14 @@ def validate_submit(request: api.SubmitWorkloadRequest, *, now_s: float) -> Pars
     if not spec.HasField("requests"):
         raise InvalidArgumentError("spec.requests", "required")
     parsed = parse_requests(spec.requests)
+    if len(spec.allowed_regions) > MAX_ALLOWED_REGIONS:
+        raise InvalidArgumentError("spec.allowed_regions", f"at most {MAX_ALLOWED_REGIONS} regions, got "
+                                   f"{len(spec.allowed_regions):,}")
     for i, region in enumerate(spec.allowed_regions):
-        if not REGION.match(region):
-            raise InvalidArgumentError(f"spec.allowed_regions[{i}]", f"{region!r} is not a region name")
-    if spec.origin_region and not REGION.match(spec.origin_region):
-        raise InvalidArgumentError("spec.origin_region", f"{spec.origin_region!r} is not a region name")
+        if not REGION.fullmatch(region):
+            raise InvalidArgumentError(f"spec.allowed_regions[{i}]", f"{echo(region)} is not a region name")
+    if spec.origin_region and not REGION.fullmatch(spec.origin_region):
+        raise InvalidArgumentError("spec.origin_region", f"{echo(spec.origin_region)} is not a region name")
     if not math.isfinite(spec.latency_slo_ms) or spec.latency_slo_ms < 0:
         raise InvalidArgumentError("spec.latency_slo_ms", "must be a finite number ≥ 0")
     if spec.latency_slo_ms and not spec.origin_region:
@@ -108,8 +130,8 @@ def validate_submit(request: api.SubmitWorkloadRequest, *, now_s: float) -> Pars
     w = spec.weights
     for name in ("performance", "cost", "energy", "fairness"):
         value = getattr(w, name)
-        if not math.isfinite(value) or value < 0:
-            raise InvalidArgumentError(f"spec.weights.{name}", "must be a finite number ≥ 0")
+        if not math.isfinite(value) or not 0 <= value <= MAX_WEIGHT:
+            raise InvalidArgumentError(f"spec.weights.{name}", f"must be a number from 0 to {MAX_WEIGHT:g}")
     if spec.workload_class not in CLASSES:
         raise InvalidArgumentError("spec.workload_class", f"one of {', '.join(repr(c) for c in CLASSES)}")
     return parsed
