@@ -234,6 +234,8 @@ def register(cli: CliRoot) -> None:
               policy: str | None = typer.Option(None, help="Routing policy (default gnn)."),
               energy: bool = typer.Option(True, help="Serve EnergyReports from the Redis energy ledger too."),
               metrics_port: int = typer.Option(0, help="Serve Prometheus metrics on this port (0 = off)."),
+              insecure: bool = typer.Option(False, "--insecure", help="Allow serving without tokens beyond "
+                                            "loopback (a trusted network only)."),
               ) -> None:
         """Serve the global API (settings: MERIDIAN_GLOBAL_* environment variables)."""
         from global_scheduler.scheduler import GlobalScheduler
@@ -248,6 +250,14 @@ def register(cli: CliRoot) -> None:
             settings.bus.url = bus
         if policy:
             settings.routing.policy = policy
+        if insecure:
+            settings.api.insecure = True
+        from global_scheduler.settings import unsafe_api_reason
+
+        reason = unsafe_api_reason(settings.api)
+        if reason is not None:
+            typer.echo(f"error: {reason}", err=True)
+            raise typer.Exit(2)
         hooks = []
         if energy and settings.bus.url.startswith(("redis://", "rediss://", "unix://")):
             try:

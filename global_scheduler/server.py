@@ -31,7 +31,7 @@ from grpc_reflection.v1alpha import reflection
 
 from global_scheduler.errors import rich_status
 from global_scheduler.scheduler import GlobalScheduler
-from global_scheduler.settings import GlobalSchedulerSettings
+from global_scheduler.settings import GlobalSchedulerSettings, unsafe_api_reason
 from global_scheduler.store import IdempotencyConflictError
 from global_scheduler.validation import InvalidArgumentError, validate_submit
 from meridian.bus import BusError, BusUnavailableError
@@ -208,10 +208,19 @@ class RunningServer:
         self.engine.stop()
 
 
+class UnsafeSettingsError(ValueError):
+    """The API settings would expose it without protection; the message says what to set."""
+
+
 def build_server(engine: GlobalScheduler, settings: GlobalSchedulerSettings | None = None, *,
                  extra_services: Sequence[ServiceHook] = ()) -> RunningServer:
     """Create, bind and start the server (and the engine's workers). ``listen`` port 0 picks a free one."""
     settings = settings or engine.settings
+    reason = unsafe_api_reason(settings.api)
+    if reason is not None:
+        raise UnsafeSettingsError(reason)
+    if settings.api.insecure and not settings.api.auth_tokens:
+        log.warning("serving the API without authentication on %s (--insecure)", settings.api.listen)
     if settings.api.gil_switch_interval_ms is not None:
         sys.setswitchinterval(settings.api.gil_switch_interval_ms / 1000.0)
     interceptor = BearerTokenInterceptor(settings.api.auth_tokens) if settings.api.auth_tokens else None

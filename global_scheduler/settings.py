@@ -21,6 +21,8 @@ class ApiSettings(BaseModel):
                                    "authentication (loopback development only).")
     tls_cert_file: Path | None = Field(None, description="PEM server certificate; with tls_key_file enables TLS.")
     tls_key_file: Path | None = Field(None, description="PEM private key of tls_cert_file.")
+    insecure: bool = Field(False, description="Serve without tokens on an address other than loopback. Refused "
+                           "otherwise: anyone who reaches the port could submit and cancel work.")
     max_page_size: int = Field(1000, ge=1, description="Largest ListWorkloads page (workloads).")
     default_page_size: int = Field(100, ge=1, description="ListWorkloads page size when the request gives none.")
     gil_switch_interval_ms: float | None = Field(
@@ -28,6 +30,25 @@ class ApiSettings(BaseModel):
         "starts; None leaves the interpreter's 5 ms. Routed in-process (routing.worker_process off), the router thread "
         "routes batches in Python while handler threads wait for the GIL, so at 5 ms a call can wait several intervals: at 1,000 calls/s on 2 cores the "
         "SubmitWorkload p99 was ~110 ms with 5 ms and ~20 ms with 0.5 ms (docs/benchmarks.md). Process-wide.")
+
+
+_LOOPBACK_HOSTS = ("localhost", "::1", "[::1]")
+
+
+def unsafe_api_reason(api: ApiSettings) -> str | None:
+    """Why these API settings must not start, or None. Checked where the port is bound, so a listen
+    address changed after the settings were read is checked too."""
+    if bool(api.tls_cert_file) != bool(api.tls_key_file):
+        given, missing = ("tls_cert_file", "tls_key_file") if api.tls_cert_file else ("tls_key_file", "tls_cert_file")
+        return (f"{given} is set but {missing} is not: TLS needs both (MERIDIAN_GLOBAL_API__"
+                f"{missing.upper()}); refusing to serve plaintext instead")
+    host = api.listen.rpartition(":")[0].strip("[]") or "0.0.0.0"
+    loopback = host in _LOOPBACK_HOSTS or host.startswith("127.")
+    if not api.auth_tokens and not loopback and not api.insecure:
+        return (f"authentication is off (no MERIDIAN_GLOBAL_API__AUTH_TOKENS) and the API would listen on "
+                f"{api.listen}, beyond loopback: set tokens, listen on 127.0.0.1, or pass --insecure "
+                "(MERIDIAN_GLOBAL_API__INSECURE=true) on a trusted network")
+    return None
 
 
 class BusSettings(BaseModel):
