@@ -32,6 +32,18 @@ from protos import telemetry_pb2
 #: Default upper bound on one report (a node with 8 GPUs and 100 labels is about 6 KiB).
 DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024
 
+#: Physical limits of one node's report. Each value is valid alone up to far beyond any machine, but
+#: sums over nodes must stay finite and inside int64 (two nodes claiming 2**62 milli-CPU wrapped a
+#: summary to -9.2e18; one power of 1e308 made a cluster's carbon infinite, and an energy counter
+#: of 1e308 stayed infinite in every later summary). Reports beyond them are dead-lettered.
+MAX_NODE_NAME_CHARS = 253  # a Kubernetes node name is a DNS subdomain
+MAX_NODE_MILLI_CPU = 2**20 * 1000  # 1,048,576 cores
+MAX_NODE_MEMORY_BYTES = 2**50  # 1 PiB
+MAX_NODE_POWER_WATTS = 1e5  # 100 kW: a rack, not a node
+MAX_NODE_ENERGY_JOULES = 1e15  # 100 kW for 300 years
+MAX_CARBON_G_PER_KWH = 5000.0  # the dirtiest grids are near 1,000
+MAX_PUE = 10.0
+
 
 @dataclass(frozen=True)
 class Rejected:
@@ -253,9 +265,30 @@ def _validate(batch: TelemetryBatch, clusters: list[str], cluster: str | None,
     invalid |= (batch.alloc_milli_cpu < 0) | (batch.alloc_memory_bytes < 0) | (batch.gpu_devices_listed > MAX_GPUS)
     invalid |= batch.sequence < 0
     for row in np.flatnonzero(invalid & ~bad).tolist():
-        reasons[row] = ("invalid", f"invalid: node {node[row]} reports a non-finite or negative measurement, "
+        reasons[row] = ("invalid", f"invalid: node {node[row][:64]} reports a non-finite or negative measurement, "
                                    f"more than {MAX_GPUS} GPUs or a sequence beyond 2**63")
     bad |= invalid
+    limits = (
+        ("node name", np.fromiter(map(len, node), dtype=np.int64, count=n), MAX_NODE_NAME_CHARS),
+        ("allocatable cpu", batch.alloc_milli_cpu, MAX_NODE_MILLI_CPU),
+        ("requested cpu", batch.req_milli_cpu, MAX_NODE_MILLI_CPU),
+        ("used cpu", batch.used_milli_cpu, MAX_NODE_MILLI_CPU),
+        ("allocatable memory", batch.alloc_memory_bytes, MAX_NODE_MEMORY_BYTES),
+        ("requested memory", batch.req_memory_bytes, MAX_NODE_MEMORY_BYTES),
+        ("used memory", batch.used_memory_bytes, MAX_NODE_MEMORY_BYTES),
+        ("power", batch.power_watts, MAX_NODE_POWER_WATTS),
+        ("energy", batch.energy_joules, MAX_NODE_ENERGY_JOULES),
+        ("carbon intensity", batch.carbon_g_per_kwh, MAX_CARBON_G_PER_KWH),
+        ("pue", np.nan_to_num(batch.pue), MAX_PUE),
+    )
+    beyond = np.zeros(n, dtype=bool)
+    for _, values, limit in limits:
+        beyond |= values > limit
+    for row in np.flatnonzero(beyond & ~bad).tolist():
+        field_name, value, limit = next((f, v[row], lim) for f, v, lim in limits if v[row] > lim)
+        reasons[row] = ("invalid", f"invalid: node {node[row][:64]!r} reports {field_name} {value:.6g}, beyond the "
+                                   f"physical limit {limit:.6g} (meridian.telemetry)")
+    bad |= beyond
     if not bad.any():
         return batch
     for row in sorted(reasons):
