@@ -156,6 +156,7 @@ class RegionalTelemetry:
         self._owns_bus = bus is None
         self.bus = bus if bus is not None else open_bus(settings.bus_url, key_prefix=settings.key_prefix)
         self.state = TelemetryState(cluster=settings.cluster, stale_after_s=settings.stale_after_s,
+                                    max_nodes=settings.max_nodes,
                                     requests_from_reports=settings.requests_from_reports and scheduler is None)
         if scheduler is not None:
             scheduler.stale_after_s = settings.stale_after_s

@@ -84,6 +84,10 @@ class TelemetryConsumerSettings(BaseSettings):
                                  "reports at the agents' default 2 s interval.")
     max_payload_bytes: int = Field(DEFAULT_MAX_PAYLOAD_BYTES, ge=256, description="Larger reports are dead-lettered "
                                    "as oversized (bytes).")
+    max_nodes: int = Field(200_000, ge=1, description="Most nodes one cluster's state holds; reports of further new "
+                           "node names are dead-lettered. Above the largest clusters run anywhere (Kubernetes "
+                           "supports 5,000; the biggest managed ones 65,000-130,000), far below what invented "
+                           "names could cost in memory and summaries.")
     requests_from_reports: bool = Field(True, description="Take requested CPU/memory/GPU from the nodes' reports "
                                         "(see the module's hazards).")
     backoff_s: tuple[float, ...] = Field((0.1, 0.2, 0.5, 1.0, 2.0, 5.0), description="Delays (s) between retries "
@@ -94,8 +98,10 @@ class TelemetryState:
     """The regional cluster state, fed by telemetry batches (see module docstring)."""
 
     def __init__(self, *, cluster: str, state: ClusterState | None = None, stale_after_s: float = 10.0,
-                 requests_from_reports: bool = True, clock: Callable[[], float] = time.time) -> None:
+                 requests_from_reports: bool = True, clock: Callable[[], float] = time.time,
+                 max_nodes: int = 200_000) -> None:
         self.cluster = cluster
+        self.max_nodes = max_nodes
         self.state = state if state is not None else ClusterState.from_nodes([])
         self.stale_after_s = stale_after_s
         self.requests_from_reports = requests_from_reports
@@ -112,6 +118,18 @@ class TelemetryState:
         self.stale_sequence_total = 0  # older than what the node already reported
 
     # ------------------------------------------------------------------ application
+    def beyond_capacity(self, batch: TelemetryBatch) -> np.ndarray:
+        """Rows of ``batch`` from nodes new to the state that would take it past ``max_nodes``: invented
+        node names must not grow the state (and every summary) without bound."""
+        with self.lock:
+            index = self.state.index
+            room = self.max_nodes - self.state.n_nodes
+            new = dict.fromkeys(name for name in batch.node if name not in index)
+            if len(new) <= room:
+                return np.zeros(0, dtype=np.int64)
+            refused = set(list(new)[max(room, 0):])
+            return np.fromiter((r for r, name in enumerate(batch.node) if name in refused), dtype=np.int64)
+
     def _grow(self, batch: TelemetryBatch, rows: np.ndarray) -> None:
         self.state = extend_cluster_state(self.state, batch, rows)
         k = rows.size
@@ -147,9 +165,15 @@ class TelemetryState:
             new_pair[1:] = (s_idx[1:] != s_idx[:-1]) | (s_seq[1:] != s_seq[:-1])
             fresh = s_seq > st.last_seq[s_idx]
             applied_sorted = fresh & new_pair
+            duplicates = int((~new_pair).sum()) + int((new_pair & ~fresh & (s_seq == st.last_seq[s_idx])).sum())
+            stale_sequences = int((new_pair & (s_seq < st.last_seq[s_idx])).sum())
             self.applied_total += int(applied_sorted.sum())
-            self.duplicate_total += int((~new_pair).sum()) + int((new_pair & ~fresh & (s_seq == st.last_seq[s_idx])).sum())
-            self.stale_sequence_total += int((new_pair & (s_seq < st.last_seq[s_idx])).sum())
+            self.duplicate_total += duplicates
+            self.stale_sequence_total += stale_sequences
+            if duplicates:
+                REPORTS.labels(cluster=self.cluster, outcome="duplicate").inc(duplicates)
+            if stale_sequences:
+                REPORTS.labels(cluster=self.cluster, outcome="stale_sequence").inc(stale_sequences)
             last_of_node = np.ones(m, dtype=bool)
             last_of_node[:-1] = s_idx[1:] != s_idx[:-1]
             win = last_of_node & fresh
@@ -291,6 +315,18 @@ class TelemetryConsumer:
             REPORTS.labels(cluster=s.cluster, outcome="dead_letter").inc()
             log.warning("cluster %s: dead-lettered entry %s: %s", s.cluster, bad.entry.entry_id, bad.reason)
         self.dead_lettered_total += len(rejected)
+        refused = self.state.beyond_capacity(batch)
+        if refused.size:
+            for row in refused.tolist():
+                self.bus.dead_letter(self.stream, batch.entries[row], group=s.group, consumer=s.consumer,
+                                     reason=f"too many nodes: cluster {s.cluster} is at its limit of "
+                                            f"{self.state.max_nodes} (MERIDIAN_TELEMETRY_MAX_NODES)")
+            observability.STREAM_DEAD_LETTERS.labels(stream=self.stream, reason="too_many_nodes").inc(refused.size)
+            REPORTS.labels(cluster=s.cluster, outcome="dead_letter").inc(refused.size)
+            self.dead_lettered_total += int(refused.size)
+            keep = np.ones(len(batch), dtype=bool)
+            keep[refused] = False
+            batch = batch.select(np.flatnonzero(keep))
         applied = self.state.apply(batch)
         if self.on_applied is not None:
             self.on_applied(batch, applied)

@@ -231,3 +231,40 @@ def test_consumer_marks_a_silent_node_unschedulable_on_its_clock(bus: StreamBus)
         assert bool(ts.state.schedulable[dying]) == (second - 4 <= 10), second
         assert ts.state.schedulable[ts.state.index["alive"]]
     bus.close()
+
+
+def test_duplicate_and_stale_sequence_outcomes_are_exported() -> None:
+    from prometheus_client import REGISTRY
+
+    def outcome(name: str) -> float:
+        return REGISTRY.get_sample_value("meridian_telemetry_reports_total",
+                                         {"cluster": "metrics-east", "outcome": name}) or 0.0
+
+    before = {name: outcome(name) for name in ("applied", "duplicate", "stale_sequence")}
+    ts = TelemetryState(cluster="metrics-east")
+    first, _ = decode_reports(entries(report("a", 5, cluster="metrics-east")))
+    ts.apply(first)
+    again, _ = decode_reports(entries(report("a", 5, cluster="metrics-east"),  # the same report redelivered
+                                      report("a", 3, cluster="metrics-east")))  # an older one, late
+    ts.apply(again)
+    assert outcome("applied") == before["applied"] + 1
+    assert outcome("duplicate") == before["duplicate"] + 1
+    assert outcome("stale_sequence") == before["stale_sequence"] + 1
+
+
+def test_invented_node_names_cannot_grow_the_state_past_its_limit(bus: StreamBus) -> None:
+    settings = TelemetryConsumerSettings(cluster=CLUSTER, consumer="c1", block_ms=0, max_nodes=3)
+    ts = TelemetryState(cluster=CLUSTER, clock=lambda: 0.0, max_nodes=settings.max_nodes)
+    consumer = TelemetryConsumer(bus=bus, state=ts, settings=settings)
+    stream = telemetry_stream(CLUSTER)
+    bus.publish_many(stream, [report(f"n{i}", 1) for i in range(5)])
+    while consumer.step():
+        pass
+    assert ts.state.n_nodes == 3 and ts.state.names == ["n0", "n1", "n2"]
+    parked = [pb.DeadLetter.FromString(e.payload) for e in bus.read_range(dead_letter_stream(stream))]
+    assert len(parked) == 2 and all("too many nodes" in d.reason for d in parked)
+    assert bus.pending(stream, settings.group) == 0
+    bus.publish(stream, report("n0", 2))  # the nodes it holds keep reporting
+    consumer.step()
+    assert ts.state.last_seq[ts.state.index["n0"]] == 2
+    bus.close()
