@@ -18,14 +18,12 @@ import atexit
 import base64
 import contextlib
 import copy
-import ctypes
 import fcntl
 import json
 import lzma
 import os
 import secrets
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -189,24 +187,18 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
-def _load_prctl() -> Callable[..., int] | None:
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
-    except (OSError, AttributeError):
-        return None
+_SETPRIV = shutil.which("setpriv")
 
 
-# Resolved here, in the parent: a forked child of a threaded process must not dlopen (lock hazard).
-_PRCTL = _load_prctl() if sys.platform.startswith("linux") else None
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """Have Linux SIGKILL the child when the thread that started it dies, so a killed test run leaves
-    no etcd or API server behind. Used only for children started from the main thread, because the
-    signal follows the starting *thread*, not the process."""
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+def with_parent_death_signal(argv: Sequence[str]) -> list[str]:
+    """``argv`` run so that Linux SIGKILLs it when the thread that started it dies, so a killed test
+    run leaves no etcd or API server behind: util-linux's ``setpriv --pdeathsig`` sets the signal and
+    execs. (Setting it in a ``preexec_fn`` instead deadlocked children forked from a process with
+    gRPC's threads.) Only for children started from the main thread, since the signal follows the
+    starting *thread*; elsewhere, and without setpriv, ``argv`` unchanged."""
+    if _SETPRIV is None or threading.current_thread() is not threading.main_thread():
+        return list(argv)
+    return [_SETPRIV, "--pdeathsig", "KILL", *argv]
 
 
 def tail(path: Path, lines: int = 40) -> str:
@@ -562,11 +554,8 @@ class ControlPlane:
             raise AssetsNotFoundError(f"{binary} is missing or not executable; {_fix_hint()}")
         log = self.log_path(name)
         with open(log, "ab") as out:
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir,
-                preexec_fn=_die_with_parent if (_PRCTL is not None and
-                                                threading.current_thread() is threading.main_thread()) else None,
-            )
+            proc = subprocess.Popen(with_parent_death_signal(argv), stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, cwd=self.workdir)
         with self._lock:
             self._processes[name] = proc
             self._logs[proc.pid] = log

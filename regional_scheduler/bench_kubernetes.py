@@ -35,13 +35,11 @@ the cluster's own scheduler leaves the pods alone.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import platform
 import re
 import secrets
-import signal
 import subprocess
 import sys
 import threading
@@ -674,12 +672,6 @@ def _percentile_ms(values_s: Sequence[float], q: float) -> float | None:
 # ------------------------------------------------------------------------------------- schedulers
 
 
-def _die_with_parent() -> None:
-    """SIGKILL the child when the benchmark dies, so an interrupted run leaves no scheduler behind."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def _log_tail(path: Path, lines: int = 40) -> str:
     return envtest.tail(path, lines)
 
@@ -752,9 +744,8 @@ class MeridianProcess:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out:
             self._proc = subprocess.Popen(
-                self.argv(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                preexec_fn=_die_with_parent if threading.current_thread() is threading.main_thread() else None)
+                envtest.with_parent_death_signal(self.argv()), stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         return self._proc.pid
 
     def exit_code(self) -> int | None:
