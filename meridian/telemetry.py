@@ -296,6 +296,21 @@ def _validate(batch: TelemetryBatch, clusters: list[str], cluster: str | None,
     return batch.select(np.flatnonzero(~bad))
 
 
+def assign_measurements(state: ClusterState, batch: TelemetryBatch, rows: np.ndarray, nodes: np.ndarray,
+                        now_s: float) -> np.ndarray:
+    """Copy the measured columns of ``batch[rows]`` (usage, power, energy, carbon, sequence) onto
+    ``nodes`` of ``state``, seen at ``now_s``; returns those rows' PUE, NaN where a report left it
+    unset (below 1, which no facility has)."""
+    state.last_seq[nodes] = batch.sequence[rows]
+    state.last_seen_s[nodes] = now_s
+    state.used_milli_cpu[nodes] = batch.used_milli_cpu[rows]
+    state.used_memory_bytes[nodes] = batch.used_memory_bytes[rows]
+    state.power_watts[nodes] = batch.power_watts[rows]
+    state.energy_joules[nodes] = batch.energy_joules[rows]
+    state.carbon_g_per_kwh[nodes] = batch.carbon_g_per_kwh[rows]
+    return np.where(batch.pue[rows] >= 1.0, batch.pue[rows], np.nan)
+
+
 def extend_cluster_state(state: ClusterState, batch: TelemetryBatch, rows: np.ndarray) -> ClusterState:
     """A new state with the nodes of ``batch[rows]`` appended (first report of each; names unseen).
 

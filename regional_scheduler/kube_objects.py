@@ -218,10 +218,6 @@ def gpu_devices_of(obj: Mapping[str, Any]) -> tuple[int, ...] | None:
         return None
 
 
-def _node_ready(status: Mapping[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-
-
 def node_from_api(obj: Mapping[str, Any]) -> Node:
     """Meridian's :class:`Node` for a Kubernetes node (allocatable from its status)."""
     meta = obj.get("metadata") or {}
@@ -260,6 +256,3 @@ def node_from_api(obj: Mapping[str, Any]) -> Node:
     except ValueError as exc:
         raise InvalidObjectError(f"node {name}: {exc}") from None
 
-
-def node_is_ready(obj: Mapping[str, Any]) -> bool:
-    return _node_ready(obj.get("status") or {})

@@ -52,7 +52,6 @@ class LeaseElector:
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
         self._last_renew = 0.0
-        self.transitions_seen = 0
 
     def _spec(self, lease: Any | None, *, release: bool = False) -> dict[str, Any]:
         now = _now_micro()
@@ -103,8 +102,6 @@ class LeaseElector:
             if exc.status == 409:
                 return False
             raise
-        if holder != self.identity:
-            self.transitions_seen += 1
         return True
 
     def run(self, stop: threading.Event) -> None:

@@ -33,7 +33,7 @@ import numpy as np
 
 from meridian.cluster_state import AllocationError, ClusterState, Placement
 from meridian.model import MILLI_GPU_PER_DEVICE, Node, Pod, TaintEffect
-from meridian.telemetry import TelemetryBatch
+from meridian.telemetry import TelemetryBatch, assign_measurements
 from regional_scheduler import kube_objects as ko
 from regional_scheduler.filters import Diagnosis, run_filters
 from regional_scheduler.framework import Decision, Scheduler
@@ -300,14 +300,7 @@ class RegionalScheduler:
                               count=rows.size)
             known = idx >= 0
             nodes, rows = idx[known], rows[known]
-            st.used_milli_cpu[nodes] = batch.used_milli_cpu[rows]
-            st.used_memory_bytes[nodes] = batch.used_memory_bytes[rows]
-            st.power_watts[nodes] = batch.power_watts[rows]
-            st.energy_joules[nodes] = batch.energy_joules[rows]
-            st.carbon_g_per_kwh[nodes] = batch.carbon_g_per_kwh[rows]
-            st.last_seq[nodes] = batch.sequence[rows]
-            st.last_seen_s[nodes] = now
-            self.pue[nodes] = batch.pue[rows]
+            self.pue[nodes] = assign_measurements(st, batch, rows, nodes, now)
             self.applied_total += int(nodes.size)
             return int(nodes.size)
 
@@ -368,21 +361,32 @@ def _untolerated(state: ClusterState, pod: Pod, node: int) -> str:
 
 
 def node_reasons(state: ClusterState, pod: Pod, diagnosis: Diagnosis, nodes: np.ndarray) -> list[str]:
-    """Why each of ``nodes`` was rejected, in kube-scheduler's words (first failing filter)."""
-    out = []
-    for i in nodes.tolist():
-        for name, ok in diagnosis.verdicts:
-            if ok[i]:
-                continue
-            if name == "NodeResourcesFit":
-                out.append(", ".join(_resource_reasons(state, pod, np.array([i]))[0]) or "Insufficient resources")
-            elif name == "TaintToleration":
-                out.append(_untolerated(state, pod, i))
-            else:
-                out.append(_FILTER_REASON.get(name, name))
-            break
+    """Why each of ``nodes`` was rejected, in kube-scheduler's words (first failing filter). The
+    first failure is found for all nodes at once; resource shortfalls are computed in one pass over
+    the nodes that failed on resources, taint messages once per constraint group."""
+    names = [name for name, _ in diagnosis.verdicts]
+    ok = np.stack([verdict[nodes] for _, verdict in diagnosis.verdicts]) if names else np.ones((0, nodes.size))
+    first = np.argmin(ok, axis=0) if names else np.zeros(nodes.size, dtype=np.int64)
+    failed = ~ok.all(axis=0) if names else np.zeros(nodes.size, dtype=bool)
+    out = ["rejected"] * nodes.size
+    for f, name in enumerate(names):
+        where = np.flatnonzero(failed & (first == f))
+        if where.size == 0:
+            continue
+        if name == "NodeResourcesFit":
+            for k, reasons in zip(where.tolist(), _resource_reasons(state, pod, nodes[where]), strict=True):
+                out[k] = ", ".join(reasons) or "Insufficient resources"
+        elif name == "TaintToleration":
+            by_group: dict[int, str] = {}
+            for k in where.tolist():
+                g = int(state.constraint_group[nodes[k]])
+                if g not in by_group:
+                    by_group[g] = _untolerated(state, pod, int(nodes[k]))
+                out[k] = by_group[g]
         else:
-            out.append("rejected")
+            reason = _FILTER_REASON.get(name, name)
+            for k in where.tolist():
+                out[k] = reason
     return out
 
 

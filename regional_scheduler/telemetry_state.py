@@ -51,7 +51,13 @@ from meridian import observability
 from meridian.bus import BusError, BusUnavailableError, StreamBus, StreamEntry, telemetry_stream
 from meridian.bus.health import GroupGauges
 from meridian.cluster_state import ClusterState
-from meridian.telemetry import DEFAULT_MAX_PAYLOAD_BYTES, TelemetryBatch, decode_reports, extend_cluster_state
+from meridian.telemetry import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    TelemetryBatch,
+    assign_measurements,
+    decode_reports,
+    extend_cluster_state,
+)
 
 log = logging.getLogger(__name__)
 
@@ -187,15 +193,8 @@ class TelemetryState:
         st = self.state
         before = (st.alloc_milli_cpu[nodes], st.alloc_memory_bytes[nodes], st.req_milli_cpu[nodes],
                   st.req_memory_bytes[nodes], st.gpu_free_milli[nodes], st.schedulable[nodes])
-        st.last_seq[nodes] = batch.sequence[rows]
-        st.last_seen_s[nodes] = now
+        self.pue[nodes] = assign_measurements(st, batch, rows, nodes, now)
         self.observed_s[nodes] = batch.observed_s[rows]
-        st.used_milli_cpu[nodes] = batch.used_milli_cpu[rows]
-        st.used_memory_bytes[nodes] = batch.used_memory_bytes[rows]
-        st.power_watts[nodes] = batch.power_watts[rows]
-        st.energy_joules[nodes] = batch.energy_joules[rows]
-        st.carbon_g_per_kwh[nodes] = batch.carbon_g_per_kwh[rows]
-        self.pue[nodes] = np.where(batch.pue[rows] >= 1.0, batch.pue[rows], np.nan)
         st.alloc_milli_cpu[nodes] = batch.alloc_milli_cpu[rows]
         st.alloc_memory_bytes[nodes] = batch.alloc_memory_bytes[rows]
         if self.requests_from_reports:

@@ -370,17 +370,3 @@ def test_node_taints(spec: dict[str, Any], taints: tuple[Taint, ...]) -> None:
 def test_node_bad_quantity_names_node_and_field() -> None:
     with pytest.raises(ko.InvalidObjectError, match=r"node n1 status\.allocatable\.memory"):
         ko.node_from_api(_node(allocatable={"cpu": "1", "memory": "lots"}))
-
-
-@pytest.mark.parametrize(
-    ("conditions", "ready"),
-    [
-        pytest.param([{"type": "Ready", "status": "True"}], True, id="ready"),
-        pytest.param([{"type": "Ready", "status": "False"}], False, id="not-ready"),
-        pytest.param([{"type": "MemoryPressure", "status": "True"}], False, id="no-ready-condition"),
-    ],
-)
-def test_node_is_ready(conditions: list[dict[str, str]], ready: bool) -> None:
-    obj = _node()
-    obj["status"]["conditions"] = conditions
-    assert ko.node_is_ready(obj) is ready

@@ -526,3 +526,25 @@ def test_directly_built_model_objects() -> None:
     pod = Pod(name="p", requests=Resources(milli_cpu=1000, gpu_milli=500))
     assert _decide_node(service, pod) == "n0"
     assert _gpu_free(service, "n0") == [500]
+
+
+def test_telemetry_lands_on_known_nodes_and_an_unset_pue_stays_unset() -> None:
+    """Reports for nodes the informer knows fill their measured columns; a report for a node it does
+    not know is ignored; a PUE of 0 (unset) is NaN, so the summary falls back to 1 instead of zeroing
+    the cluster's carbon."""
+    import math
+
+    from meridian.bus import StreamEntry
+    from meridian.telemetry import decode_reports
+    from protos import telemetry_pb2 as pb
+
+    service = _service("best-fit", _node("n0"), _node("n1"))
+    reports = [pb.NodeTelemetry(cluster="c", node="n0", sequence=1, power_watts=250.0, pue=0.0),
+               pb.NodeTelemetry(cluster="c", node="n1", sequence=1, power_watts=90.0, pue=1.3),
+               pb.NodeTelemetry(cluster="c", node="ghost", sequence=1, power_watts=1.0, pue=1.1)]
+    batch, rejected = decode_reports([StreamEntry(f"1-{i}", r.SerializeToString()) for i, r in enumerate(reports)])
+    assert not rejected
+    assert service.apply_telemetry(batch, np.arange(len(batch))) == 2
+    state = service.state
+    assert state.power_watts[state.index["n0"]] == 250.0 and state.power_watts[state.index["n1"]] == 90.0
+    assert math.isnan(service.pue[state.index["n0"]]) and service.pue[state.index["n1"]] == pytest.approx(1.3)
