@@ -162,6 +162,8 @@ ENERGY_UNKNOWN = counter("meridian_energy_unknown_seconds_total", "Time in telem
                          "interpolated (see meridian.energy).", ["region", "cluster"])
 ACCOUNTING_RECORDS = counter("meridian_accounting_records_total", "Energy records seen by the accounting "
                              "consumer, by outcome (applied, duplicate, invalid).", ["outcome"])
+ACCOUNTING_INVALID_NAMES = counter("meridian_accounting_invalid_names_total", "Energy shares whose tenant or "
+                                   "workload name could not key the ledger, kept as (invalid-name).")
 
 
 def record_region_energy(region: str, *, it_energy_joules: float, facility_energy_joules: float,

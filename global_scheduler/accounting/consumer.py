@@ -36,7 +36,8 @@ import numpy as np
 import redis
 from google.protobuf.message import DecodeError
 
-from global_scheduler.accounting.ledger import LedgerError, RedisLedger
+from global_scheduler.accounting.ledger import LedgerError, RedisLedger, quarantine_share_names
+from global_scheduler.accounting.table import INVALID_NAME
 from meridian import energy, observability
 from meridian.bus import StreamBus, open_bus
 from meridian.bus.base import BusUnavailableError, StreamEntry
@@ -84,6 +85,7 @@ class AccountingConsumer:
     def _handle(self, entry: StreamEntry, stats: PollStats) -> None:
         try:
             record = energy_pb2.EnergyRecord.FromString(entry.payload)
+            _quarantine(record, self.stream)
             fresh = self.ledger.apply(record)
         except (DecodeError, LedgerError) as exc:
             reason = "decode" if isinstance(exc, DecodeError) else "invalid"
@@ -144,6 +146,15 @@ class AccountingConsumer:
                 stop.wait(delay)
 
 
+def _quarantine(record: energy_pb2.EnergyRecord, stream: str) -> None:
+    """Keep a record whose share names are bad, charging those shares to ``(invalid-name)``."""
+    bad = quarantine_share_names(record)
+    if bad:
+        observability.ACCOUNTING_INVALID_NAMES.inc(bad)
+        log.warning("%s: %d shares of %s had names the ledger cannot key; kept as %s",
+                    stream, bad, record.record_id, INVALID_NAME)
+
+
 def publish_records(bus: StreamBus, records: Sequence[energy_pb2.EnergyRecord], *,
                     stream: str = ENERGY_STREAM) -> int:
     return bus.publish_many(stream, [r.SerializeToString() for r in records], maxlen=ENERGY_STREAM_MAXLEN)
@@ -196,7 +207,7 @@ def holding_shares(summary: telemetry_pb2.ClusterSummary, *, it_joules: float, i
     held = list(summary.holdings)
     if not held or it_joules <= 0:
         return []
-    req_cores = np.array([h.milli_cpu for h in held], dtype=np.float64) / 1000.0
+    req_cores = np.maximum(np.array([h.milli_cpu for h in held], dtype=np.float64), 0.0) / 1000.0
     split = energy.attribute_node_energy(
         node_energy_joules=[it_joules], node_idle_joules=[max(0.0, idle_joules)],
         node_allocatable_cpu_cores=[summary.allocatable.milli_cpu / 1000.0], pod_node_index=np.zeros(len(held)),
@@ -247,6 +258,7 @@ class SummaryAccountant:
                     record = summary_interval_record(
                         prev, cur, max_gap_s=self.max_gap_s,
                         price_per_mwh=self.price_per_mwh(cur.region, prev.generated_unix_ms / 1000.0))
+                    _quarantine(record, self.stream)
                     if self.ledger.apply(record):
                         stats.applied += 1
                         AccountingConsumer._export(record)

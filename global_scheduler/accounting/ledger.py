@@ -28,6 +28,7 @@ give the prefix a hash tag (``{meridian}:``). Names must not contain ``|`` (Kube
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass
 
@@ -36,6 +37,7 @@ import redis
 
 from global_scheduler.accounting.table import (
     IDLE_WORKLOAD,
+    INVALID_NAME,
     UNATTRIBUTED_TENANT,
     AccountingTable,
 )
@@ -45,6 +47,8 @@ from protos import energy_pb2
 METRICS = {"it": "it_energy_joules", "fac": "facility_energy_joules", "co2": "carbon_grams", "cost": "cost",
            "unk": "unknown_s"}
 SEP = "|"
+# Printable ASCII without the separator: names are ledger keys and are printed in reports.
+_SHARE_NAME = re.compile(r"[\x21-\x7b\x7d\x7e][\x20-\x7b\x7d\x7e]{0,252}")  # 253 characters at most
 
 _APPLY = """
 -- KEYS[1] applied set, KEYS[2] bucket index, KEYS[3] stream (may be unused), KEYS[4] cluster->region
@@ -86,6 +90,25 @@ class StreamAck:
     stream: str
     group: str
     entry_id: str
+
+
+def share_name(name: str) -> str:
+    """``name`` when it can key a share of the ledger, else :data:`INVALID_NAME`."""
+    return name if _SHARE_NAME.fullmatch(name) else INVALID_NAME
+
+
+def quarantine_share_names(record: energy_pb2.EnergyRecord) -> int:
+    """Rename in place the shares whose tenant or workload cannot be a ledger key; returns how many.
+
+    One producer's bad tenant name (``evil|tenant``) must not cost every other tenant of the cluster
+    its accounting: the share keeps its energy under :data:`INVALID_NAME`, so totals stay exact."""
+    bad = 0
+    for s in record.shares:
+        tenant, workload = share_name(s.tenant), share_name(s.workload)
+        if tenant != s.tenant or workload != s.workload:
+            s.tenant, s.workload = tenant, workload
+            bad += 1
+    return bad
 
 
 def validate_record(record: energy_pb2.EnergyRecord) -> None:

@@ -16,6 +16,9 @@ from numpy.typing import NDArray
 
 UNATTRIBUTED_TENANT = "(unattributed)"
 IDLE_WORKLOAD = "(idle)"
+# Energy of a holding whose tenant or workload name cannot be a ledger key (empty, too long, the
+# separator, control characters): kept under this name instead of refusing the cluster's whole record.
+INVALID_NAME = "(invalid-name)"
 
 KEY_COLUMNS = ("region", "cluster", "tenant", "workload")
 VALUE_COLUMNS = ("it_energy_joules", "facility_energy_joules", "carbon_grams", "cost", "unknown_s")

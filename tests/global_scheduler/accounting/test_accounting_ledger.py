@@ -21,7 +21,7 @@ from global_scheduler.accounting.consumer import (
     summary_interval_record,
 )
 from global_scheduler.accounting.ledger import LedgerError, RedisLedger
-from global_scheduler.accounting.report import build_report
+from global_scheduler.accounting.report import ReportQuery, build_report
 from meridian.bus import open_bus
 from meridian.bus.streams import SUMMARY_STREAM
 from protos import energy_pb2, telemetry_pb2
@@ -236,3 +236,42 @@ def test_summary_accountant_restart_mid_stream(client, redis_url, key_prefix):
     assert report.totals.energy_kwh == pytest.approx(expected_j / 3.6e6, rel=1e-9)
     # PUE 1.2 and 200 g/kWh on every summary: carbon = energy × 1.2 × 200
     assert report.totals.carbon_kg == pytest.approx(expected_j / 3.6e6 * 1.2 * 200 / 1000, rel=1e-9)
+
+
+@pytest.mark.parametrize("bad_tenant", ["evil|tenant", "", "x" * 300, "ansi\x1b[31m", "bidi\u202e"])
+def test_one_bad_tenant_cannot_poison_a_clusters_summaries(client, redis_url, key_prefix, bad_tenant):
+    """A holding whose tenant cannot key the ledger is charged to (invalid-name); every other tenant of
+    the cluster keeps its accounting and no summary is dead-lettered."""
+    bus = open_bus(redis_url, key_prefix=key_prefix)
+    ledger = RedisLedger(client, prefix=f"{key_prefix}meridian:")
+    payloads = []
+    for seq in range(1, 6):
+        s = _summary(seq, (T0_S + seq * 10) * 1000, 1000.0 * seq, 100.0)
+        s.allocatable.milli_cpu = 16_000
+        s.holdings.add(workload="good", tenant="t1", milli_cpu=8000)
+        s.holdings.add(workload="bad", tenant=bad_tenant, milli_cpu=8000)
+        payloads.append(s.SerializeToString())
+    bus.publish_many(SUMMARY_STREAM, payloads)
+    accountant = SummaryAccountant(bus=bus, ledger=ledger, consumer="a", price_per_mwh=lambda r, t: 50.0)
+    while accountant.poll_once(block=False).seen:
+        pass
+    assert bus.length(SUMMARY_STREAM + ":dead") == 0
+    by_tenant = build_report(ledger, ReportQuery(group_by="tenant")).groups
+    assert set(by_tenant) == {"t1", "(invalid-name)"}
+    # 4 intervals × 1000 J, all requested: half each
+    assert by_tenant["t1"].energy_kwh == pytest.approx(2000.0 / 3.6e6, rel=1e-9)
+    assert by_tenant["(invalid-name)"].energy_kwh == pytest.approx(2000.0 / 3.6e6, rel=1e-9)
+
+
+def test_energy_record_with_a_bad_share_name_is_applied_not_dead_lettered(client, redis_url, key_prefix):
+    bus = open_bus(redis_url, key_prefix=key_prefix)
+    ledger = RedisLedger(client, prefix=f"{key_prefix}meridian:")
+    rec = _record(0)
+    rec.shares.add(tenant="evil|tenant", workload="w2", it_energy_joules=500.0)
+    publish_records(bus, [rec], stream=f"{key_prefix}energy")
+    consumer = AccountingConsumer(bus=bus, ledger=ledger, consumer="c", stream=f"{key_prefix}energy")
+    stats = consumer.poll_once(block=False)
+    assert (stats.applied, stats.dead_lettered) == (1, 0)
+    groups = build_report(ledger, ReportQuery(group_by="tenant")).groups
+    assert groups["(invalid-name)"].energy_kwh == pytest.approx(500.0 / 3.6e6, rel=1e-9)
+    assert groups["t"].energy_kwh == pytest.approx(1000.0 / 3.6e6, rel=1e-9)
