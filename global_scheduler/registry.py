@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +28,7 @@ import numpy as np
 from global_scheduler.carbon_history import HourlyCarbonHistory
 from global_scheduler.federation_sim import REGIONS, haversine_km
 from gnn.features import ClusterFeatures
+from meridian.telemetry import MAX_NODE_MEMORY_BYTES, MAX_NODE_MILLI_CPU
 from protos import global_api_pb2 as api
 from protos import telemetry_pb2 as tpb
 
@@ -49,8 +51,9 @@ class ClusterRecord:
 
 class ClusterRegistry:
     def __init__(self, *, cluster_timeout_s: float = 15.0, default_rtt_ms: float = 80.0,
-                 prices_per_mwh: dict[str, float] | None = None) -> None:
+                 prices_per_mwh: dict[str, float] | None = None, configured_regions: Sequence[str] = ()) -> None:
         self.timeout_s = cluster_timeout_s
+        self.configured_regions = tuple(configured_regions)
         self.default_rtt_ms = default_rtt_ms
         self.prices = prices_per_mwh or {}
         self._lock = threading.Lock()
@@ -143,6 +146,11 @@ class ClusterRegistry:
         with self._lock:
             return list(self._regions)
 
+    def known_regions(self) -> list[str]:
+        """Regions a request may name: the configured ones and any a cluster has reported from."""
+        with self._lock:
+            return list(dict.fromkeys((*self.configured_regions, *self._regions)))
+
     def is_ready(self, cluster: str) -> bool:
         with self._lock:
             rec = self._clusters.get(cluster)
@@ -164,7 +172,12 @@ class ClusterRegistry:
 
     def ever_fits(self, *, replicas: int, milli_cpu: int, memory_bytes: int, gpu: float,
                   allowed_regions: set[str] | None) -> bool | None:
-        """Could any allowed cluster ever hold this workload (empty)? None when no cluster is known yet."""
+        """Could any allowed cluster ever hold this workload (empty)? None when no cluster is known yet.
+
+        A replica larger than the largest node a report may describe (:mod:`meridian.telemetry`'s physical
+        limits) fits nowhere, known clusters or not: ``8Ei`` of memory is refused before any cluster reports."""
+        if milli_cpu > MAX_NODE_MILLI_CPU or memory_bytes > MAX_NODE_MEMORY_BYTES:
+            return False
         with self._lock:
             records = list(self._clusters.values())
         if not records:

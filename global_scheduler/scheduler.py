@@ -87,7 +87,8 @@ class GlobalScheduler:
         self.instance = instance or f"global-{uuid.uuid4().hex[:8]}"
         self.store = WorkloadStore(bus if settings.store.persist else None)
         self.registry = ClusterRegistry(cluster_timeout_s=settings.registry.cluster_timeout_s,
-                                        default_rtt_ms=settings.registry.default_rtt_ms)
+                                        default_rtt_ms=settings.registry.default_rtt_ms,
+                                        configured_regions=settings.registry.regions)
         kwargs = {"checkpoint": settings.routing.checkpoint} if settings.routing.policy == "gnn" else {}
         self.worker: RoutingWorker | None = None
         if settings.routing.worker_process:

@@ -4,10 +4,11 @@ Errors carry the right status code and say what was wrong: ``INVALID_ARGUMENT`` 
 the message (``spec.requests.cpu: …``), in a ``google.rpc.BadRequest`` detail and in the trailing
 metadata key ``meridian-field``; ``NOT_FOUND`` (``ResourceInfo``), ``ALREADY_EXISTS`` (an idempotency key
 reused with another spec; ``ResourceInfo`` and ``meridian-workload-id`` name the workload that holds it),
-``RESOURCE_EXHAUSTED`` (no allowed cluster could ever fit it) and ``UNAUTHENTICATED``. Regions are judged
-against the clusters that have reported: allowed regions none of which has a cluster, or a latency SLO
-from an origin region without a cluster (its round trip cannot be measured), are ``INVALID_ARGUMENT``
-with reason ``UNKNOWN_REGION`` and the list of regions that do have clusters. Every error also
+``RESOURCE_EXHAUSTED`` (no allowed cluster could ever fit it, or a replica larger than any node can be)
+and ``UNAUTHENTICATED``. Regions are judged against the known ones, the configured regions
+(``registry.regions``) and those clusters report from: allowed regions none of which is known, or a
+latency SLO from an unknown origin region, are ``INVALID_ARGUMENT`` with reason ``UNKNOWN_REGION`` and
+the list of known regions. Every error also
 has an ``ErrorInfo`` reason (``errors.py``).
 
 Authentication is a server interceptor: a call without ``authorization: Bearer <token>`` matching
@@ -60,17 +61,17 @@ class GlobalSchedulerServicer(api_grpc.GlobalSchedulerServicer):
         except InvalidArgumentError as exc:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc), field=exc.field, reason="INVALID_FIELD")
         spec = request.spec
-        known = set(self.engine.registry.regions())
-        if known:  # before any cluster reports, nothing can be judged: accept and wait
+        known = set(self.engine.registry.known_regions())
+        if known:  # nothing configured and nothing reported yet: nothing can be judged, accept and wait
             if spec.allowed_regions and not known.intersection(spec.allowed_regions):
                 _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
-                       f"spec.allowed_regions: no cluster is in {', '.join(spec.allowed_regions)} "
-                       f"(regions with clusters: {', '.join(sorted(known))})",
+                       f"spec.allowed_regions: none of {', '.join(spec.allowed_regions)} is a known region "
+                       f"(known regions: {', '.join(sorted(known))})",
                        field="spec.allowed_regions", reason="UNKNOWN_REGION")
             if spec.latency_slo_ms and spec.origin_region not in known:
                 _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
-                       f"spec.origin_region: {spec.origin_region!r} has no cluster, so the latency SLO cannot be "
-                       f"measured from it (regions with clusters: {', '.join(sorted(known))})",
+                       f"spec.origin_region: {spec.origin_region!r} is not a known region, so the latency SLO cannot be "
+                       f"measured from it (known regions: {', '.join(sorted(known))})",
                        field="spec.origin_region", reason="UNKNOWN_REGION")
         fits = self.engine.registry.ever_fits(replicas=spec.replicas, milli_cpu=parsed.milli_cpu,
                                               memory_bytes=parsed.memory_bytes, gpu=parsed.gpu_fraction,

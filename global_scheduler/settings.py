@@ -70,6 +70,10 @@ class RegistrySettings(BaseModel):
     sweep_interval_s: float = Field(1.0, gt=0, description="How often liveness is checked (s).")
     default_rtt_ms: float = Field(80.0, gt=0, description="Round trip assumed between two regions that have no "
                                   "known coordinates (ms).")
+    regions: list[str] = Field(default_factory=list, description="Regions this deployment routes between. "
+                               "Requests naming none of these (nor a region a cluster reports from) are refused "
+                               "with UNKNOWN_REGION even before any cluster has reported; empty: only reporting "
+                               "clusters' regions are known, and nothing is judged before the first report.")
 
 
 class RoutingSettings(BaseModel):
