@@ -276,9 +276,9 @@ def register(cli: CliRoot) -> None:
             except ImportError as exc:  # the accounting package is optional for the API
                 log.warning("energy reports not served: %s", exc)
         if metrics_port:
-            from prometheus_client import start_http_server
+            from meridian.observability import MetricsSettings, start_metrics_server
 
-            start_http_server(metrics_port)
+            start_metrics_server(MetricsSettings(port=metrics_port))  # loopback outside a pod (MERIDIAN_METRICS_ADDRESS)
         engine = GlobalScheduler(settings=settings, bus=open_bus(settings.bus.url, key_prefix=settings.bus.key_prefix))
         stop_accounting: threading.Event | None = None
         if hooks:

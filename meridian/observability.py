@@ -25,6 +25,7 @@ Each component serves the registry with :func:`start_metrics_server` (``/metrics
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Sequence
@@ -175,6 +176,14 @@ def record_region_energy(region: str, *, it_energy_joules: float, facility_energ
     REGION_COST.labels(region=region).inc(cost)
 
 
+def default_bind_address() -> str:
+    """``0.0.0.0`` inside a Kubernetes pod (the kubelet sets ``KUBERNETES_SERVICE_HOST``), else ``127.0.0.1``.
+
+    Health and metrics endpoints answer without credentials; outside a pod nothing but the host
+    itself should reach them unless the operator says otherwise."""
+    return "0.0.0.0" if os.environ.get("KUBERNETES_SERVICE_HOST") else "127.0.0.1"
+
+
 class MetricsSettings(BaseSettings):
     """Where a component serves ``/metrics`` (environment: ``MERIDIAN_METRICS_*``)."""
 
@@ -184,7 +193,9 @@ class MetricsSettings(BaseSettings):
     port: int = Field(9464, ge=0, le=65535, description="TCP port; 9464 is the conventional Prometheus "
                       "exporter port of OpenTelemetry SDKs and clashes with no Kubernetes component. 0 picks a "
                       "free port (tests).")
-    address: str = Field("0.0.0.0", description="Bind address; all interfaces so the pod IP is scraped.")
+    address: str = Field(default_factory=default_bind_address, description="Bind address. Default: all "
+                         "interfaces inside a Kubernetes pod (so the pod IP is scraped), loopback anywhere else "
+                         "(a laptop or VM does not publish its metrics to the network unasked).")
 
 
 @dataclass

@@ -70,12 +70,15 @@ def agent(
     carbon_file: Path | None = typer.Option(None, "--carbon-file", help="Carbon series CSV to report from."),
     interval_s: float = typer.Option(None, "--interval-s", help="Seconds between reports."),
     health_port: int = typer.Option(None, "--health-port", help="Port of /healthz, /readyz, /metrics."),
+    health_address: str = typer.Option(None, "--health-address", help="Bind address of the health server "
+                                       "(default: all interfaces in a pod, loopback elsewhere)."),
     ticks: int = typer.Option(0, help="Stop after this many reports (0 = run until Ctrl-C)."),
 ) -> None:
     """Run the node agent: report this node (or a simulated fleet) to the cluster's telemetry stream."""
     settings = AgentSettings()
     updates: dict[str, object] = {k: v for k, v in {"cluster": cluster, "region": region, "bus_url": bus_url,
-                                                     "health_port": health_port}.items() if v is not None}
+                                                     "health_port": health_port, "health_address": health_address}.items()
+                                    if v is not None}
     settings = settings.model_copy(update=updates)
     if simulate_nodes is not None or node_list is not None:
         settings.simulate = settings.simulate.model_copy(update={
@@ -85,10 +88,11 @@ def agent(
     if interval_s is not None:
         settings.publish = settings.publish.model_copy(update={"interval_s": interval_s})
     node_agent = build_agent(settings)
-    health = HealthServer(port=settings.health_port, live=node_agent.live, ready=node_agent.ready).start()
+    health = HealthServer(port=settings.health_port, address=settings.health_address, live=node_agent.live,
+                          ready=node_agent.ready).start()
     stop = threading.Event()
     typer.echo(f"agent: {node_agent.reporter.n_nodes} node(s) → {telemetry_stream(settings.cluster)} every "
-               f"{settings.publish.interval_s:g} s; health on :{health.port}")
+               f"{settings.publish.interval_s:g} s; health on {settings.health_address}:{health.port}")
     try:
         if ticks:
             for _ in range(ticks):

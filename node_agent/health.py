@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 class HealthServer:
     def __init__(self, *, port: int, live: Callable[[], bool], ready: Callable[[], bool],
-                 address: str = "0.0.0.0") -> None:
+                 address: str = "127.0.0.1") -> None:
         checks = {"/healthz": live, "/readyz": ready}
 
         class Handler(BaseHTTPRequestHandler):

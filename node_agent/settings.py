@@ -14,6 +14,8 @@ from typing import Literal
 from pydantic import AliasChoices, BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from meridian.observability import default_bind_address
+
 
 class PublishSettings(BaseModel):
     interval_s: float = Field(2.0, gt=0, description="Seconds between reports: the regional state is at most "
@@ -80,6 +82,9 @@ class AgentSettings(BaseSettings):
     bus_url: str = Field("redis://127.0.0.1:6379/0", description="Redis URL (memory:// only makes sense embedded).")
     key_prefix: str = Field("", description="Prefix of every Redis key, to share one Redis between environments.")
     health_port: int = Field(8089, ge=0, le=65535, description="Port of /healthz, /readyz and /metrics; 0 = free port.")
+    health_address: str = Field(default_factory=default_bind_address, description="Bind address of the health "
+                                "server: all interfaces inside a pod (probes and scrapes reach the pod IP), "
+                                "loopback elsewhere.")
     publish: PublishSettings = Field(default_factory=PublishSettings)
     usage: UsageSettings = Field(default_factory=UsageSettings)
     power: PowerSettings = Field(default_factory=PowerSettings)

@@ -130,3 +130,29 @@ def test_grafana_dashboard_queries_only_defined_metrics_and_configmap_matches():
     assert used <= _exposed_names(), sorted(used - _exposed_names())
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
+
+
+def test_unauthenticated_endpoints_bind_loopback_outside_a_pod(monkeypatch) -> None:
+    """Metrics and agent health answer anyone who reaches them: outside a pod, only the host itself."""
+    from node_agent.health import HealthServer
+    from node_agent.settings import AgentSettings
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("MERIDIAN_METRICS_ADDRESS", raising=False)
+    assert observability.MetricsSettings().address == "127.0.0.1"
+    settings = AgentSettings()
+    assert settings.health_address == "127.0.0.1"
+    metrics = observability.start_metrics_server(observability.MetricsSettings(port=0))
+    health = HealthServer(port=0, address=settings.health_address, live=lambda: True, ready=lambda: True).start()
+    try:
+        assert metrics is not None and metrics.server.server_address[0] == "127.0.0.1"
+        assert health.server.server_address[0] == "127.0.0.1"
+    finally:
+        health.shutdown()
+        if metrics is not None:
+            metrics.shutdown()
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")  # what the kubelet sets in every pod
+    assert observability.MetricsSettings().address == "0.0.0.0"
+    assert AgentSettings().health_address == "0.0.0.0"
+    monkeypatch.setenv("MERIDIAN_METRICS_ADDRESS", "10.0.0.5")  # and the operator can always choose
+    assert observability.MetricsSettings().address == "10.0.0.5"
