@@ -19,6 +19,7 @@ Hazards
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -26,6 +27,7 @@ from collections.abc import Callable, Sequence
 from meridian import observability
 from meridian.bus import BusError, BusUnavailableError, StreamBus
 
+log = logging.getLogger(__name__)
 PUBLISHED = observability.counter("meridian_agent_reports_published_total", "Reports the agent handed to the bus.")
 DROPPED = observability.counter("meridian_agent_reports_dropped_total", "Reports dropped because the buffer was "
                                 "full during a bus outage (oldest first).")
@@ -70,7 +72,9 @@ class ReportPublisher:
         batch = list(self.buffer)
         try:
             self.bus.publish_many(self.stream, batch, maxlen=self.maxlen)
-        except (BusUnavailableError, BusError):
+        except (BusUnavailableError, BusError) as exc:
+            if not self.failures:  # once per outage: why (down, refused password, an ACL that forbids it)
+                log.warning("cannot publish to %s: %s; buffering reports and retrying", self.stream, exc)
             self._retry_at = now + self.backoff_s[min(self.failures, len(self.backoff_s) - 1)]
             self.failures += 1
             PUBLISH_FAILURES.inc()

@@ -85,7 +85,7 @@ def regional_scheduler_command(
 
     telemetry = None
     if settings.bus_url:
-        from meridian.bus import BusError
+        from meridian.bus import BusError, redact_url
         from regional_scheduler.summary_publisher import RegionalTelemetry, SummarySettings
         from regional_scheduler.telemetry_state import TelemetryConsumerSettings
 
@@ -94,7 +94,7 @@ def regional_scheduler_command(
                 settings=TelemetryConsumerSettings(cluster=settings.cluster, bus_url=settings.bus_url),
                 summary=SummarySettings(region=settings.region), scheduler=service).start()
         except BusError as exc:
-            typer.echo(f"error: cannot open the bus at {settings.bus_url}: {exc}", err=True)
+            typer.echo(f"error: cannot open the bus at {redact_url(settings.bus_url)}: {exc}", err=True)
             raise typer.Exit(2) from None
 
     def _stop(*_: object) -> None:

@@ -39,7 +39,7 @@ from google.protobuf.message import DecodeError
 from global_scheduler.accounting.ledger import LedgerError, RedisLedger, quarantine_share_names
 from global_scheduler.accounting.table import INVALID_NAME
 from meridian import energy, observability
-from meridian.bus import StreamBus, open_bus
+from meridian.bus import StreamBus, open_bus, redis_client
 from meridian.bus.base import BusUnavailableError, StreamEntry
 from meridian.bus.health import GroupGauges
 from meridian.bus.streams import SUMMARY_STREAM
@@ -289,7 +289,8 @@ def start_accounting(worker: AccountingConsumer | SummaryAccountant, *, name: st
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the accounting consumer until killed.")
-    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="ACL user, password file and TLS "
+                        "files also from MERIDIAN_REDIS_* (the user meridian-accounting: deploy/redis/users.acl)")
     parser.add_argument("--key-prefix", default="", help="extra prefix before every key (tests isolate with it)")
     parser.add_argument("--consumer", default="accounting-0")
     parser.add_argument("--bucket-s", type=int, default=60)
@@ -299,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
     bus = open_bus(args.redis_url, key_prefix=args.key_prefix)
-    ledger = RedisLedger(redis.Redis.from_url(args.redis_url), prefix=f"{args.key_prefix}meridian:",
+    ledger = RedisLedger(redis_client(args.redis_url), prefix=f"{args.key_prefix}meridian:",
                          bucket_s=args.bucket_s)
     consumer = AccountingConsumer(bus=bus, ledger=ledger, consumer=args.consumer, batch=args.batch,
                                   claim_idle_ms=args.claim_idle_ms, throttle_s=args.throttle_s)

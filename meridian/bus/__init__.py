@@ -3,10 +3,21 @@
 ``StreamBus`` is the one interface; :class:`RedisStreamBus` is production (consumer groups,
 acknowledge after apply, ``XAUTOCLAIM`` of what a dead consumer left pending, dead-letter streams,
 approximate ``MAXLEN`` trimming, pipelined batches) and :class:`InProcessStreamBus` is the embedded
-default with the same semantics. Stream names come from :mod:`meridian.bus.streams`.
+default with the same semantics. Stream names come from :mod:`meridian.bus.streams`; how a process
+reaches Redis (URL, ACL user, password file, TLS) from :mod:`meridian.bus.connection`, and what each
+component's ACL user may do from :mod:`meridian.bus.acl`.
 """
 
-from meridian.bus.base import BusError, BusUnavailableError, StreamBus, StreamEntry
+from meridian.bus.base import (
+    BusAuthenticationError,
+    BusConfigError,
+    BusError,
+    BusPermissionError,
+    BusUnavailableError,
+    StreamBus,
+    StreamEntry,
+)
+from meridian.bus.connection import RedisSecuritySettings, redact_url, redis_client
 from meridian.bus.memory import InProcessStreamBus
 from meridian.bus.redis_bus import RedisStreamBus
 from meridian.bus.streams import (
@@ -20,9 +31,13 @@ from meridian.bus.streams import (
 
 __all__ = [
     "SUMMARY_STREAM",
+    "BusAuthenticationError",
+    "BusConfigError",
     "BusError",
+    "BusPermissionError",
     "BusUnavailableError",
     "InProcessStreamBus",
+    "RedisSecuritySettings",
     "RedisStreamBus",
     "StreamBus",
     "StreamEntry",
@@ -31,12 +46,16 @@ __all__ = [
     "dispatch_stream",
     "events_stream",
     "open_bus",
+    "redact_url",
+    "redis_client",
     "telemetry_stream",
 ]
 
 
-def open_bus(url: str, *, key_prefix: str = "") -> StreamBus:
-    """A bus from a URL: ``redis://…``/``rediss://…``/``unix://…`` or ``memory://`` (in-process)."""
+def open_bus(url: str, *, key_prefix: str = "", security: RedisSecuritySettings | None = None) -> StreamBus:
+    """A bus from a URL: ``redis://…``/``rediss://…``/``unix://…`` or ``memory://`` (in-process).
+
+    ``security`` None: the ACL user, password (file) and TLS files from ``MERIDIAN_REDIS_*``."""
     if url.startswith("memory:"):
         return InProcessStreamBus(key_prefix=key_prefix)
-    return RedisStreamBus(url, key_prefix=key_prefix)
+    return RedisStreamBus(url, key_prefix=key_prefix, security=security)

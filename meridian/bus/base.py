@@ -34,6 +34,21 @@ class BusUnavailableError(BusError):
     """The bus cannot be reached now (server down, connection reset, timeout); retry with back-off."""
 
 
+class BusAuthenticationError(BusUnavailableError):
+    """Redis refused this process's credentials (wrong password, unknown or disabled ACL user, none given).
+
+    A kind of :class:`BusUnavailableError` so loops that back off keep doing so: the server's ACL may be
+    fixed, or the user created, while the process waits. The message names the user, never the password."""
+
+
+class BusConfigError(BusError, ValueError):
+    """The bus cannot be set up as configured (a malformed URL, an unreadable password or TLS file)."""
+
+
+class BusPermissionError(BusError):
+    """The ACL user may not run this command on this key (Redis ``NOPERM``): a deployment error, not an outage."""
+
+
 class StreamEntry(NamedTuple):
     entry_id: str
     payload: bytes

@@ -10,7 +10,12 @@ Design
 * The hot read, ``XREADGROUP``, goes through :class:`~meridian.bus.resp.RespSocket`, a one-pass
   RESP2 reader on its own socket (redis-py's pure-Python parser costs ~7 µs per entry); other
   commands use redis-py's pooled connections without its response callbacks (which build a dict per
-  entry), accepting both RESP2 and RESP3 reply shapes. ``rediss://`` falls back to redis-py.
+  entry), accepting both RESP2 and RESP3 reply shapes.
+* All three connections come from one :class:`~meridian.bus.connection.RedisEndpoint`: the URL plus
+  ``MERIDIAN_REDIS_*`` (ACL user, password file, TLS files), so ``rediss://`` and a password reach the
+  hand-written sockets as well as redis-py's. Messages print the URL without its password.
+* A refused password raises :class:`BusAuthenticationError` and a command the ACL user may not run
+  (``NOPERM``) :class:`BusPermissionError`, each one line naming the user, the command and the key.
 * Consumer groups are created with ``MKSTREAM`` from id ``0``. When a read finds ``NOGROUP`` — the
   server restarted without persistence, or the stream was deleted — the group is recreated from
   ``0`` and the read retried, so nothing published after the restart is skipped.
@@ -38,12 +43,15 @@ from redis.retry import Retry
 from meridian.bus.base import (
     DEAD_LETTER_PAYLOAD_KEPT_BYTES,
     PAYLOAD_FIELD,
+    BusAuthenticationError,
     BusError,
+    BusPermissionError,
     BusUnavailableError,
     StreamEntry,
     dead_letter_payload,
 )
-from meridian.bus.resp import RespError, RespSocket
+from meridian.bus.connection import RedisSecuritySettings, endpoint_from_url
+from meridian.bus.resp import RespAuthError, RespError, RespSocket
 from meridian.bus.streams import dead_letter_stream
 
 _PAYLOAD_FIELD_BYTES = PAYLOAD_FIELD.encode()
@@ -51,10 +59,6 @@ _CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.Timeout
 #: Entries per packed write in ``publish_many``: large enough to amortise the round trip, small
 #: enough that the replies (about 20 bytes each) never fill a socket buffer while we still write.
 PIPELINE_CHUNK = 2000
-
-
-def _bulk(value: bytes) -> bytes:
-    return b"$%d\r\n%s\r\n" % (len(value), value)
 
 
 def _entries(raw: Any) -> list[StreamEntry]:
@@ -76,39 +80,65 @@ def _entries(raw: Any) -> list[StreamEntry]:
 class RedisStreamBus:
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", *, key_prefix: str = "",
                  socket_timeout_s: float = 5.0, connect_timeout_s: float = 1.0,
-                 max_connections: int = 16) -> None:
-        self.url = url
+                 max_connections: int = 16, security: RedisSecuritySettings | None = None) -> None:
+        """``security`` None: the ACL user, password and TLS files from ``MERIDIAN_REDIS_*`` (then the URL)."""
+        self._endpoint = endpoint_from_url(url, security if security is not None else RedisSecuritySettings())
+        #: The URL without its password: what messages and logs print.
+        self.url = self._endpoint.redacted_url
+        self.user = self._endpoint.user
         self.key_prefix = key_prefix
         self.socket_timeout_s = socket_timeout_s
-        self._client = redis.Redis.from_url(
-            url, socket_timeout=socket_timeout_s, socket_connect_timeout=connect_timeout_s,
-            retry=Retry(NoBackoff(), 0), max_connections=max_connections, decode_responses=False,
+        self._client = redis.Redis(
+            **self._endpoint.redis_kwargs(), socket_timeout=socket_timeout_s,
+            socket_connect_timeout=connect_timeout_s, retry=Retry(NoBackoff(), 0), max_connections=max_connections,
+            decode_responses=False,
         )
         self._pool = self._client.connection_pool
-        # The hot read goes through a minimal RESP reader on its own socket where the URL allows.
-        self._reader: RespSocket | None = None
-        if url.startswith(("redis://", "unix://")):
-            self._reader = RespSocket(url, timeout_s=socket_timeout_s, connect_timeout_s=connect_timeout_s)
+        # The hot read goes through a minimal RESP reader on its own socket.
+        self._reader = RespSocket(self._endpoint, timeout_s=socket_timeout_s, connect_timeout_s=connect_timeout_s)
         self._reader_lock = threading.Lock()
         # Publishing gets its own socket so a blocking read never holds up a publish.
-        self._writer: RespSocket | None = None
-        if self._reader is not None:
-            self._writer = RespSocket(url, timeout_s=socket_timeout_s, connect_timeout_s=connect_timeout_s)
+        self._writer = RespSocket(self._endpoint, timeout_s=socket_timeout_s, connect_timeout_s=connect_timeout_s)
         self._writer_lock = threading.Lock()
 
     # ------------------------------------------------------------------ plumbing
     def _key(self, name: str) -> bytes:
         return (self.key_prefix + name).encode()
 
+    def _refused(self, reply: str, command: str, key: bytes | str | None = None) -> BusError:
+        """The bus error for an error reply: ``NOPERM`` and ``NOAUTH``/``WRONGPASS`` name the user and command."""
+        target = f" on {key.decode(errors='replace') if isinstance(key, bytes) else key}" if key else ""
+        if reply.startswith("NOPERM"):
+            return BusPermissionError(f"redis user {self.user!r} may not {command}{target} at {self.url}: {reply} "
+                                      "(ACL users and what each may reach: deploy/redis/users.acl)")
+        if reply.startswith(("NOAUTH", "WRONGPASS")):
+            return self._auth_failed(reply)
+        return BusError(f"{command}{target}: {reply}")
+
+    def _auth_failed(self, reason: object) -> BusAuthenticationError:
+        # The same words whichever socket heard them (redis-py drops the reply's WRONGPASS/NOAUTH code).
+        text = str(reason).removeprefix(f"redis at {self.url} refused user {self.user!r}: ")
+        text = text.removeprefix("WRONGPASS ").removeprefix("NOAUTH ")
+        given = "" if self._endpoint.password else "no password is given; "
+        return BusAuthenticationError(f"redis at {self.url} refused user {self.user!r}: {given}{text} (credentials: "
+                                      "the URL, MERIDIAN_REDIS_USERNAME, MERIDIAN_REDIS_PASSWORD_FILE)")
+
     def _call(self, *args: Any) -> Any:
         """One command on a pooled connection, raw reply (no response callbacks)."""
         try:
             conn = self._pool.get_connection()
+        except redis.exceptions.AuthenticationError as exc:
+            raise self._auth_failed(exc) from None
         except _CONNECTION_ERRORS as exc:
             raise BusUnavailableError(f"redis at {self.url} unreachable: {exc}") from exc
         try:
             conn.send_command(*args)
             return conn.read_response()
+        except redis.exceptions.NoPermissionError as exc:
+            raise self._refused(f"NOPERM {exc}", *_command_and_key(args)) from None
+        except redis.exceptions.AuthenticationError as exc:
+            conn.disconnect()
+            raise self._auth_failed(exc) from None
         except _CONNECTION_ERRORS as exc:
             conn.disconnect()
             raise BusUnavailableError(f"redis at {self.url}: {exc}") from exc
@@ -125,38 +155,16 @@ class RedisStreamBus:
         if not payloads:
             return 0
         key = self._key(stream)
-        if self._writer is not None:
-            with self._writer_lock:
-                try:
-                    errors = self._writer.xadd_many(key, list(payloads), maxlen=maxlen, chunk=PIPELINE_CHUNK)
-                except (OSError, ConnectionError, ValueError) as exc:
-                    raise BusUnavailableError(f"redis at {self.url}: {exc}") from exc
-            if errors:
-                raise BusError(f"{len(errors)} of {len(payloads)} XADD failed on {stream}: {errors[0]}")
-            return len(payloads)
-        trim = b"$6\r\nMAXLEN\r\n$1\r\n~\r\n" + _bulk(str(maxlen).encode()) if maxlen is not None else b""
-        n_args = 5 + (3 if maxlen is not None else 0)
-        head = b"*%d\r\n$4\r\nXADD\r\n%s%s$1\r\n*\r\n%s" % (n_args, _bulk(key), trim, _bulk(_PAYLOAD_FIELD_BYTES))
-        try:
-            conn = self._pool.get_connection()
-        except _CONNECTION_ERRORS as exc:
-            raise BusUnavailableError(f"redis at {self.url} unreachable: {exc}") from exc
-        errors: list[str] = []
-        try:
-            for start in range(0, len(payloads), PIPELINE_CHUNK):
-                chunk = payloads[start:start + PIPELINE_CHUNK]
-                conn.send_packed_command([b"".join([b"%s$%d\r\n%s\r\n" % (head, len(p), p) for p in chunk])])
-                for _ in range(len(chunk)):
-                    try:
-                        conn.read_response()
-                    except redis.exceptions.ResponseError as exc:
-                        errors.append(str(exc))
-        except _CONNECTION_ERRORS as exc:
-            conn.disconnect()
-            raise BusUnavailableError(f"redis at {self.url}: {exc}") from exc
-        finally:
-            self._pool.release(conn)
+        with self._writer_lock:
+            try:
+                errors = self._writer.xadd_many(key, list(payloads), maxlen=maxlen, chunk=PIPELINE_CHUNK)
+            except RespAuthError as exc:
+                raise self._auth_failed(exc) from None
+            except (OSError, ConnectionError, ValueError) as exc:
+                raise BusUnavailableError(f"redis at {self.url}: {exc}") from exc
         if errors:
+            if errors[0].startswith(("NOPERM", "NOAUTH", "WRONGPASS")):
+                raise self._refused(errors[0], "XADD", key)
             raise BusError(f"{len(errors)} of {len(payloads)} XADD failed on {stream}: {errors[0]}")
         return len(payloads)
 
@@ -173,33 +181,17 @@ class RedisStreamBus:
         if block_ms:
             block = ("BLOCK", min(int(block_ms), int(self.socket_timeout_s * 1000) - 500))
         key = self._key(stream)
-        if self._reader is not None:
-            return self._read_group_fast(stream, key, group, consumer, count=count, block_ms=block[1] if block else None)
-        args = ("XREADGROUP", "GROUP", group, consumer, "COUNT", count, *block, "STREAMS", key, ">")
-        try:
-            reply = self._call(*args)
-        except redis.exceptions.ResponseError as exc:
-            if "NOGROUP" not in str(exc):
-                raise BusError(str(exc)) from exc
-            self.ensure_group(stream, group, start_id="0")
-            reply = self._call(*args)
-        if not reply:
-            return []
-        if isinstance(reply, dict):  # RESP3: {stream: entries}
-            return _entries(next(iter(reply.values())))
-        return _entries(reply[0][1])  # RESP2: [[stream, entries]]
-
-    def _read_group_fast(self, stream: str, key: bytes, group: str, consumer: str, *, count: int,
-                         block_ms: int | None) -> list[StreamEntry]:
-        assert self._reader is not None
+        block_ms = block[1] if block else None
         with self._reader_lock:
             for attempt in range(2):
                 try:
                     return self._reader.xreadgroup(key, group, consumer, count=count, block_ms=block_ms)
                 except RespError as exc:
                     if "NOGROUP" not in str(exc) or attempt:
-                        raise BusError(str(exc)) from exc
+                        raise self._refused(str(exc), "XREADGROUP", key) from None
                     self.ensure_group(stream, group, start_id="0")
+                except RespAuthError as exc:
+                    raise self._auth_failed(exc) from None
                 except (OSError, ConnectionError, ValueError) as exc:
                     raise BusUnavailableError(f"redis at {self.url}: {exc}") from exc
         return []
@@ -207,18 +199,16 @@ class RedisStreamBus:
     def ack(self, stream: str, group: str, entry_ids: Sequence[str]) -> int:
         if not entry_ids:
             return 0
-        if self._reader is not None:
-            with self._reader_lock:
-                try:
-                    return self._reader.xack(self._key(stream), group, list(entry_ids))
-                except RespError as exc:
-                    raise BusError(str(exc)) from exc
-                except (OSError, ConnectionError, ValueError) as exc:
-                    raise BusUnavailableError(f"redis at {self.url}: {exc}") from exc
-        try:
-            return int(self._call("XACK", self._key(stream), group, *entry_ids))
-        except redis.exceptions.ResponseError as exc:
-            raise BusError(str(exc)) from exc
+        key = self._key(stream)
+        with self._reader_lock:
+            try:
+                return self._reader.xack(key, group, list(entry_ids))
+            except RespError as exc:
+                raise self._refused(str(exc), "XACK", key) from None
+            except RespAuthError as exc:
+                raise self._auth_failed(exc) from None
+            except (OSError, ConnectionError, ValueError) as exc:
+                raise BusUnavailableError(f"redis at {self.url}: {exc}") from exc
 
     def claim_stale(self, stream: str, group: str, consumer: str, *, min_idle_ms: int,
                     count: int) -> list[StreamEntry]:
@@ -319,6 +309,13 @@ class RedisStreamBus:
     def close(self) -> None:
         self._pool.disconnect()
         for sock, lock in ((self._reader, self._reader_lock), (self._writer, self._writer_lock)):
-            if sock is not None:
-                with lock:
-                    sock.close()
+            with lock:
+                sock.close()
+
+
+def _command_and_key(args: Sequence[Any]) -> tuple[str, Any]:
+    """``("XGROUP CREATE", key)`` from a command's arguments, for messages (keyless commands: no key)."""
+    name = str(args[0]).upper()
+    if name in ("XGROUP", "XINFO") and len(args) > 2:
+        return f"{name} {str(args[1]).upper()}", args[2]
+    return name, args[1] if len(args) > 1 and name != "PING" else None

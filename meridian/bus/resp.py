@@ -5,10 +5,13 @@ more than decoding and applying the report it carries. This module holds one pla
 parses a ``XREADGROUP`` reply in a single pass over a buffer: two anchored regular-expression
 matches and two slices per entry (about 1 µs per entry). It speaks only what that needs:
 ``AUTH``/``SELECT`` at connect, arrays, bulk strings, integers, simple strings, errors and nulls.
+``rediss://`` wraps the socket in TLS at connect (:class:`~meridian.bus.connection.RedisEndpoint`
+holds the CA, the optional client certificate and the host name check); parsing is the same, so
+TLS costs the cipher and no per-entry work.
 
-Hazards: no TLS and no RESP3 (the bus falls back to redis-py for ``rediss://``); one socket, so
-one thread at a time (the bus serialises callers with a lock); any error mid-reply closes the
-socket, because the position in the reply stream is lost.
+Hazards: no RESP3; one socket, so one thread at a time (the bus serialises callers with a lock); any
+error mid-reply closes the socket, because the position in the reply stream is lost. Under TLS a
+``recv`` returns at most one TLS record (16 KiB), so a large reply takes more, smaller reads.
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ from __future__ import annotations
 import re
 import socket
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 from meridian.bus.base import PAYLOAD_FIELD, StreamEntry
+from meridian.bus.connection import RedisEndpoint, endpoint_from_url
 
 _PAYLOAD = PAYLOAD_FIELD.encode()
 _RECV_BYTES = 1 << 20
@@ -30,42 +33,52 @@ class RespError(Exception):
     """An error reply (``-ERR …``, ``-NOGROUP …``); the connection is still usable."""
 
 
+class RespAuthError(ConnectionRefusedError):
+    """The server refused ``AUTH``: wrong password, unknown or disabled user. Names the user, not the password."""
+
+
 class RespSocket:
-    def __init__(self, url: str, *, timeout_s: float, connect_timeout_s: float) -> None:
-        parsed = urlparse(url)
-        if parsed.scheme not in ("redis", "unix"):
-            raise ValueError(f"RespSocket supports redis:// and unix:// URLs, not {parsed.scheme}://")
-        self.url = url
-        self._parsed = parsed
+    def __init__(self, target: str | RedisEndpoint, *, timeout_s: float, connect_timeout_s: float) -> None:
+        """``target``: a URL (credentials and TLS from it alone) or an endpoint with the process's settings."""
+        endpoint = target if isinstance(target, RedisEndpoint) else endpoint_from_url(target)
+        self.endpoint = endpoint
+        self.url = endpoint.redacted_url
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
+        # Built once, so an unreadable CA or client certificate fails at start rather than at first use.
+        self._tls = endpoint.ssl_context() if endpoint.tls else None
         self._sock: socket.socket | None = None
         self._buf = b""
         self._pos = 0
 
     # ------------------------------------------------------------------ connection
     def _connect(self) -> socket.socket:
-        p = self._parsed
-        if p.scheme == "unix":
+        e = self.endpoint
+        if e.scheme == "unix":
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.settimeout(self.connect_timeout_s)
-            sock.connect(p.path)
+            sock.connect(e.socket_path)
         else:
-            sock = socket.create_connection((p.hostname or "127.0.0.1", p.port or 6379),
-                                            timeout=self.connect_timeout_s)
+            sock = socket.create_connection((e.host, e.port), timeout=self.connect_timeout_s)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._tls is not None:
+                try:  # the handshake runs here, under the connect timeout
+                    sock = self._tls.wrap_socket(sock, server_hostname=e.host)
+                except BaseException:
+                    sock.close()
+                    raise
         sock.settimeout(self.timeout_s)
         self._sock, self._buf, self._pos = sock, b"", 0
         try:
-            if p.password:
-                auth = [p.username, p.password] if p.username else [p.password]
-                self._roundtrip("AUTH", *(unquote(a) for a in auth))
-            db = (p.path or "/0").strip("/") if p.scheme == "redis" else ""
-            if db and db != "0":
-                self._roundtrip("SELECT", db)
+            if e.password:
+                self._roundtrip("AUTH", *([e.username, e.password] if e.username else [e.password]))
+            if e.db:
+                self._roundtrip("SELECT", e.db)
         except RespError as exc:  # as redis-py: a refused AUTH/SELECT is a connection failure
             self.close()
-            raise ConnectionRefusedError(f"redis refused the connection setup: {exc}") from exc
+            if str(exc).startswith(("WRONGPASS", "NOAUTH", "ERR invalid password", "ERR AUTH")):
+                raise RespAuthError(f"redis at {self.url} refused user {e.user!r}: {exc}") from None
+            raise ConnectionRefusedError(f"redis at {self.url} refused the connection setup: {exc}") from exc
         except BaseException:
             self.close()
             raise
