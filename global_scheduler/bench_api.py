@@ -5,6 +5,13 @@ processes each send an open-loop, paced stream of ``SubmitWorkload`` calls (asyn
 so a slow reply never slows the offered rate) for ``duration_s`` and record every call's latency.
 Synthetic ``ClusterSummary`` entries describe ``clusters`` large clusters so the router always has
 room. Afterwards every dispatch stream is read back: each accepted workload must appear exactly once.
+
+``--hostile`` (:func:`run_hostile_api_bench`) measures, against one server in one run, the same paced
+load twice: alone, then beside a hostile process that keeps ``watches`` idle watches open over several
+tokens (re-opening each refused one every second), sends requests over the server's receive limit and
+garbage bytes at fixed rates. A health check every 100 ms runs throughout and records misses and
+latency. The headline is hostile throughput over clean throughput (target ≥ 0.90) with every health
+check answered: hostile clients may cost CPU, but must not take the API's threads or stop it.
 """
 
 from __future__ import annotations
@@ -45,7 +52,8 @@ class ApiBenchResult:
 
 
 def _server_main(redis_url: str, prefix: str, policy: str, port_q: mp.Queue, stop_ev: mp.Event,
-                 stats_q: mp.Queue, gil_switch_interval_ms: float | None, routing_process: bool) -> None:
+                 stats_q: mp.Queue, gil_switch_interval_ms: float | None, routing_process: bool,
+                 api_extra: dict[str, Any] | None = None) -> None:
     import gc
     import sys
 
@@ -78,7 +86,7 @@ def _server_main(redis_url: str, prefix: str, policy: str, port_q: mp.Queue, sto
     from meridian.bus import open_bus
 
     settings = GlobalSchedulerSettings(api={"listen": "127.0.0.1:0", "max_workers": 16,
-                                            "gil_switch_interval_ms": gil_switch_interval_ms},
+                                            "gil_switch_interval_ms": gil_switch_interval_ms, **(api_extra or {})},
                                        bus={"url": redis_url, "key_prefix": prefix},
                                        routing={"policy": policy, "worker_process": routing_process},
                                        registry={"cluster_timeout_s": 3600.0})
@@ -103,6 +111,10 @@ def _server_main(redis_url: str, prefix: str, policy: str, port_q: mp.Queue, sto
                  "dispatch_lags": len(engine.dispatch_lag_seconds),
                  "dispatch_lag_ms_p50": float(np.percentile(lag, 50)),
                  "dispatch_lag_ms_p99": float(np.percentile(lag, 99)), "dispatch_lag_ms_max": float(lag.max()),
+                 "watch_limit": settings.api.watch_limit, "max_watches_per_token": settings.api.max_watches_per_token,
+                 "max_workers": settings.api.max_workers,
+                 "streams_refused": running.streams.refused if running.streams else 0,
+                 "undecodable_refused": running.undecodable.refused if running.undecodable else 0,
                  "switch_interval_ms": sys.getswitchinterval() * 1000, "gc_collections": len(gc_pauses),
                  "gc_pause_ms_max": max(gc_pauses, default=0.0) * 1000,
                  "gc_pause_ms_total": sum(gc_pauses) * 1000,
@@ -112,7 +124,8 @@ def _server_main(redis_url: str, prefix: str, policy: str, port_q: mp.Queue, sto
     running.stop(0.5)
 
 
-def _client_main(port: int, rate: float, duration_s: float, index: int, start_at: float, out_q: mp.Queue) -> None:
+def _client_main(port: int, rate: float, duration_s: float, index: int, start_at: float, out_q: mp.Queue,
+                 token: str | None = None, phase: str = "") -> None:
     import grpc
 
     from protos import global_api_pb2 as api
@@ -120,6 +133,7 @@ def _client_main(port: int, rate: float, duration_s: float, index: int, start_at
 
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     stub = api_grpc.GlobalSchedulerStub(channel)
+    metadata = (("authorization", f"Bearer {token}"),) if token else None
     latencies: list[float] = []
     ids: list[str] = []
     errors = 0
@@ -161,8 +175,8 @@ def _client_main(port: int, rate: float, duration_s: float, index: int, start_at
             time.sleep(target - now)
         inflight.acquire()
         t0 = time.perf_counter()
-        fut = stub.SubmitWorkload.future(api.SubmitWorkloadRequest(spec=spec, idempotency_key=f"c{index}-{n}"),
-                                         timeout=30)
+        fut = stub.SubmitWorkload.future(api.SubmitWorkloadRequest(spec=spec, idempotency_key=f"{phase}c{index}-{n}"),
+                                         timeout=30, metadata=metadata)
         fut.add_done_callback(lambda f, t0=t0: done(f, t0))
         n += 1
     for _ in range(512):
@@ -263,3 +277,311 @@ def run_api_bench(*, redis_url: str, rate: float = 1200.0, duration_s: float = 1
         codes.update(r["error_codes"])
     res.__dict__["error_codes"] = dict(codes)
     return res
+
+
+# --- hostile mode ------------------------------------------------------------------------------------
+
+CLEAN_TOKEN = "bench-clean"
+TARGET_RATIO = 0.90
+
+
+def _hostile_main(port: int, wid: str, watches: int, tokens: list[str], oversized_per_s: float,
+                  garbage_per_s: float, oversized_bytes: int, ready_q: mp.Queue, stop_ev: mp.Event,
+                  out_q: mp.Queue) -> None:
+    """Idle watches (each refused one re-opened every second), oversized requests and garbage bytes."""
+    import grpc
+
+    from protos import global_api_pb2 as api
+    from protos import global_api_pb2_grpc as api_grpc
+
+    service = api.DESCRIPTOR.services_by_name["GlobalScheduler"].full_name
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 * 2**20)])
+    stub = api_grpc.GlobalSchedulerStub(channel)
+    lock = threading.Lock()
+    stats: dict[str, Any] = {"watches_open": 0, "watches_open_max": 0, "watch_attempts": 0,
+                             "watch_refusals": 0, "watch_codes": Counter(), "oversized_sent": 0,
+                             "oversized_codes": Counter(), "garbage_sent": 0, "garbage_codes": Counter()}
+    calls: dict[int, Any] = {}
+    tried = threading.Semaphore(0)
+    inflight = [0]  # oversized and garbage calls not answered yet
+
+    def watcher(i: int) -> None:
+        metadata = (("authorization", f"Bearer {tokens[i % len(tokens)]}"),)
+        first_try = True
+        while not stop_ev.is_set():
+            call = stub.WatchWorkload(api.WatchWorkloadRequest(id=wid), metadata=metadata)
+            calls[i] = call
+            opened = False
+            try:
+                for _ in call:
+                    if not opened:
+                        opened = True
+                        with lock:
+                            stats["watch_attempts"] += 1
+                            stats["watches_open"] += 1
+                            stats["watches_open_max"] = max(stats["watches_open_max"], stats["watches_open"])
+                        if first_try:
+                            first_try = False
+                            tried.release()
+            except grpc.RpcError as exc:
+                code = exc.code().name if exc.code() else "UNKNOWN"
+                with lock:
+                    if not opened:
+                        stats["watch_attempts"] += 1
+                    stats["watch_codes"][code] += 1
+                    if code == "RESOURCE_EXHAUSTED":
+                        stats["watch_refusals"] += 1
+            finally:
+                if opened:
+                    with lock:
+                        stats["watches_open"] -= 1
+            if first_try:
+                first_try = False
+                tried.release()
+            stop_ev.wait(1.0)
+
+    def paced(rate: float, send: Any) -> None:
+        if rate <= 0:
+            return
+        t0, n = time.perf_counter(), 0
+        while not stop_ev.is_set():
+            delay = t0 + n / rate - time.perf_counter()
+            if delay > 0:
+                stop_ev.wait(delay)
+            send()
+            n += 1
+
+    def counted(key: str) -> Any:
+        def done(fut: Any) -> None:
+            exc = fut.exception()
+            code = "OK" if exc is None else (exc.code().name if exc.code() else "UNKNOWN")
+            with lock:
+                stats[key][code] += 1
+                inflight[0] -= 1
+        return done
+
+    clean_metadata = (("authorization", f"Bearer {tokens[0]}"),)
+    # Over the receive limit (refused by the transport), as raw bytes built once: a spec padded with a
+    # field the schema does not know (field 1000, length-delimited), inside SubmitWorkloadRequest.spec (1).
+    spec = api.WorkloadSpec(name="x", tenant="t", replicas=1, requests=api.ResourceQuantities(cpu="1"))
+    spec_bytes = spec.SerializeToString() + _varint(1000 << 3 | 2) + _varint(oversized_bytes) + b"x" * oversized_bytes
+    oversized_payload = _varint(1 << 3 | 2) + _varint(len(spec_bytes)) + spec_bytes
+    raw_submit = channel.unary_unary(f"/{service}/SubmitWorkload")
+
+    def send_oversized() -> None:
+        with lock:
+            stats["oversized_sent"] += 1
+            inflight[0] += 1
+        raw_submit.future(oversized_payload, metadata=clean_metadata, timeout=10).add_done_callback(
+            counted("oversized_codes"))
+
+    def send_garbage() -> None:
+        with lock:
+            stats["garbage_sent"] += 1
+            inflight[0] += 1
+        raw_submit.future(b"\xff\xff\xff", metadata=clean_metadata, timeout=10).add_done_callback(
+            counted("garbage_codes"))
+
+    threads = [threading.Thread(target=watcher, args=(i,), daemon=True) for i in range(watches)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    for _ in range(watches):  # every watch tried once: the open ones hold their slots
+        tried.acquire(timeout=max(0.0, deadline - time.monotonic()))
+    senders = [threading.Thread(target=paced, args=(oversized_per_s, send_oversized), daemon=True),
+               threading.Thread(target=paced, args=(garbage_per_s, send_garbage), daemon=True)]
+    for t in senders:
+        t.start()
+    with lock:
+        ready_q.put({"watches_open": stats["watches_open"]})
+    stop_ev.wait()
+    for t in senders:
+        t.join(timeout=5)
+    for call in list(calls.values()):
+        call.cancel()
+    for t in threads:
+        t.join(timeout=5)
+    until = time.monotonic() + 10
+    while inflight[0] > 0 and time.monotonic() < until:  # every answer counted, none cancelled by close()
+        time.sleep(0.05)
+    channel.close()
+    with lock:
+        stats["cpu_s"] = time.process_time()  # what the attack cost the machine the server shares
+        out_q.put({k: (dict(v) if isinstance(v, Counter) else v) for k, v in stats.items()})
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+class HealthProber:
+    """A health Check every ``interval_s`` on its own channel, each recorded (latency, or None for a miss:
+    an error, a timeout or not SERVING) under the phase set when it was sent; no phase, no probe."""
+
+    def __init__(self, target: str, *, interval_s: float = 0.1, timeout_s: float = 1.0) -> None:
+        self.target = target
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.phase: str | None = None
+        self.records: dict[str, list[float | None]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="health-prober", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        channel = grpc.insecure_channel(self.target)
+        stub = health_pb2_grpc.HealthStub(channel)
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            phase = self.phase
+            if phase is not None:
+                t0 = time.perf_counter()
+                try:
+                    ok = stub.Check(health_pb2.HealthCheckRequest(), timeout=self.timeout_s).status == \
+                        health_pb2.HealthCheckResponse.SERVING
+                except grpc.RpcError:
+                    ok = False
+                self.records.setdefault(phase, []).append((time.perf_counter() - t0) * 1000 if ok else None)
+            next_at = max(next_at + self.interval_s, time.monotonic())
+            self._stop.wait(next_at - time.monotonic())
+        channel.close()
+
+    def summary(self, phase: str) -> dict[str, Any]:
+        records = self.records.get(phase, [])
+        answered = np.array([r for r in records if r is not None]) if records else np.zeros(0)
+        lat = answered if answered.size else np.zeros(1)
+        return {"probes": len(records), "answered": int(answered.size), "missed": len(records) - int(answered.size),
+                "latency_ms_p50": float(np.percentile(lat, 50)), "latency_ms_p99": float(np.percentile(lat, 99)),
+                "latency_ms_max": float(lat.max())}
+
+
+def _run_phase(ctx: Any, port: int, *, rate: float, duration_s: float, clients: int, phase: str,
+               prober: HealthProber) -> dict[str, Any]:
+    """The paced SubmitWorkload load of ``run_api_bench`` with the clean token; its figures and accepted ids."""
+    out_q: mp.Queue = ctx.Queue()
+    start_at = time.time() + 2.0
+    procs = [ctx.Process(target=_client_main, args=(port, rate / clients, duration_s, i, start_at, out_q,
+                                                    CLEAN_TOKEN, f"{phase}-"), daemon=True)
+             for i in range(clients)]
+    for p in procs:
+        p.start()
+    time.sleep(max(0.0, start_at - time.time()))
+    prober.phase = phase
+    results = [out_q.get(timeout=duration_s + 180) for _ in procs]
+    prober.phase = None
+    for p in procs:
+        p.join(timeout=10)
+    latencies = np.concatenate([np.array(r["latencies"]) for r in results]) * 1000
+    lat = latencies if latencies.size else np.zeros(1)
+    elapsed = max(r["elapsed"] for r in results)
+    ids = [i for r in results for i in r["ids"]]
+    codes: Counter[str] = Counter()
+    for r in results:
+        codes.update(r["error_codes"])
+    return {"sent": sum(r["sent"] for r in results), "accepted": len(ids), "errors": sum(r["errors"] for r in results),
+            "error_codes": dict(codes), "elapsed_s": elapsed, "throughput_per_s": len(ids) / elapsed if elapsed else 0.0,
+            "latency_ms_p50": float(np.percentile(lat, 50)), "latency_ms_p99": float(np.percentile(lat, 99)),
+            "latency_ms_max": float(lat.max()), "ids": ids}
+
+
+def run_hostile_api_bench(*, redis_url: str, rate: float = 1000.0, duration_s: float = 10.0, clients: int = 2,
+                          clusters: int = 10, policy: str = "gnn", watches: int = 100, watch_tokens: int = 10,
+                          oversized_per_s: float = 20.0, garbage_per_s: float = 100.0, probe_interval_s: float = 0.1,
+                          gil_switch_interval_ms: float | None = 0.5, routing_process: bool = True) -> dict[str, Any]:
+    """Clean, then hostile, paced load on one server (module docstring); a JSON-ready result."""
+    import grpc
+
+    from global_scheduler.settings import ApiSettings
+    from global_scheduler.store import WORKLOADS_KEY
+    from meridian.bus import dispatch_stream, open_bus
+    from protos import dispatch_pb2 as dpb
+    from protos import global_api_pb2 as api
+    from protos import global_api_pb2_grpc as api_grpc
+
+    prefix = f"bench-api-{uuid.uuid4().hex[:8]}:"
+    ctx = mp.get_context("spawn")
+    port_q: mp.Queue = ctx.Queue()
+    stats_q: mp.Queue = ctx.Queue()
+    ready_q: mp.Queue = ctx.Queue()
+    mix_q: mp.Queue = ctx.Queue()
+    stop_ev, hostile_stop = ctx.Event(), ctx.Event()
+    hostile_tokens = [f"bench-hostile-{i}" for i in range(watch_tokens)]
+    oversized_bytes = ApiSettings().max_receive_message_bytes + 64 * 1024
+    publish_clusters(redis_url, prefix, clusters)
+    server = ctx.Process(target=_server_main, args=(redis_url, prefix, policy, port_q, stop_ev, stats_q,
+                                                    gil_switch_interval_ms, routing_process,
+                                                    {"auth_tokens": [CLEAN_TOKEN, *hostile_tokens]}))
+    server.start()
+    hostile: Any = None
+    try:
+        port = port_q.get(timeout=120)
+        time.sleep(1.5)  # the registry reads the summaries
+        # The workload the hostile watches follow: dispatched to a synthetic cluster, never terminal.
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            watched = api_grpc.GlobalSchedulerStub(channel).SubmitWorkload(
+                api.SubmitWorkloadRequest(spec=api.WorkloadSpec(name="watched", tenant="bench", replicas=1,
+                                                                requests=api.ResourceQuantities(cpu="1"))),
+                metadata=(("authorization", f"Bearer {CLEAN_TOKEN}"),), timeout=30).id
+        prober = HealthProber(f"127.0.0.1:{port}", interval_s=probe_interval_s)
+        prober.start()
+        clean = _run_phase(ctx, port, rate=rate, duration_s=duration_s, clients=clients, phase="clean", prober=prober)
+        hostile = ctx.Process(target=_hostile_main, args=(port, watched, watches, hostile_tokens, oversized_per_s,
+                                                          garbage_per_s, oversized_bytes, ready_q, hostile_stop,
+                                                          mix_q), daemon=True)
+        hostile.start()
+        ready = ready_q.get(timeout=120)
+        attacked = _run_phase(ctx, port, rate=rate, duration_s=duration_s, clients=clients, phase="hostile",
+                              prober=prober)
+        hostile_stop.set()
+        mix = mix_q.get(timeout=120)
+        hostile.join(timeout=10)
+        prober.stop()
+        stop_ev.set()
+        stats = stats_q.get(timeout=180)
+        server.join(timeout=30)
+    finally:
+        for proc in (hostile, server):
+            if proc is not None and proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=10)
+    bus = open_bus(redis_url, key_prefix=prefix)
+    seen: Counter[str] = Counter()
+    for i in range(clusters):
+        for entry in bus.read_range(dispatch_stream(f"bench-{i}")):
+            msg = dpb.DispatchMessage.FromString(entry.payload)
+            if msg.WhichOneof("action") == "place":
+                seen[msg.place.workload_id] += 1
+        bus.delete(dispatch_stream(f"bench-{i}"))
+    bus.delete("meridian:summary", WORKLOADS_KEY)
+    bus.close()
+    accepted = {*clean.pop("ids"), *attacked.pop("ids"), watched}
+    ratio = attacked["throughput_per_s"] / clean["throughput_per_s"] if clean["throughput_per_s"] else 0.0
+    return {
+        "mode": "hostile", "offered_per_s": rate, "duration_s": duration_s, "clients": clients, "clusters": clusters,
+        "policy": policy, "routing_process": routing_process, "cpu_count": os.cpu_count(),
+        "clean": clean, "hostile": attacked, "ratio": ratio, "target_ratio": TARGET_RATIO,
+        "ratio_met": ratio >= TARGET_RATIO,
+        "health": {"interval_ms": probe_interval_s * 1000, "clean": prober.summary("clean"),
+                   "hostile": prober.summary("hostile")},
+        "hostile_mix": {"watches": watches, "watch_tokens": watch_tokens, "oversized_bytes": oversized_bytes,
+                        "oversized_per_s": oversized_per_s, "garbage_per_s": garbage_per_s,
+                        "watches_open_when_load_started": ready["watches_open"], **mix},
+        "server": {k: stats[k] for k in ("max_workers", "watch_limit", "max_watches_per_token", "streams_refused",
+                                         "undecodable_refused", "pending")},
+        "dispatch": {"accepted": len(accepted), "dispatched_unique": len(seen),
+                     "duplicates": sum(c - 1 for c in seen.values() if c > 1), "missing": len(accepted - set(seen))},
+    }

@@ -152,10 +152,10 @@ def register(cli: CliRoot) -> None:
     def ls(tenant: str = typer.Option("", help="Only this tenant."),
            state: str = typer.Option("", help="Only this state (pending, dispatched, scheduled, running, failed, cancelled)."),
            cluster: str = typer.Option("", help="Only this cluster."),
-           limit: int = typer.Option(100, help="At most this many rows."),
+           limit: int = typer.Option(100, min=0, help="At most this many rows (0 = every page)."),
            output: str = typer.Option("table", "--output", "-o", help="table | json"),
            api: str | None = API_OPT, token: str | None = TOKEN_OPT, ca: Path | None = CA_OPT) -> None:
-        """List workloads (all pages, up to --limit)."""
+        """List workloads (following page tokens, up to --limit)."""
         from protos import global_api_pb2 as pb
 
         state_value = 0
@@ -167,9 +167,10 @@ def register(cli: CliRoot) -> None:
         items = []
         with _client(api, token, ca) as client:
             try:
-                for w in client.list(tenant=tenant, state=state_value, cluster=cluster, page_size=min(limit, 1000)):
+                for w in client.list(tenant=tenant, state=state_value, cluster=cluster,
+                                     page_size=min(limit, 1000) if limit else 1000):
                     items.append(w)
-                    if len(items) >= limit:
+                    if limit and len(items) >= limit:
                         break
             except Exception as exc:
                 _rpc_error(exc)
@@ -177,24 +178,36 @@ def register(cli: CliRoot) -> None:
 
     @app.command("watch")
     def watch(workload_id: str = typer.Argument(..., metavar="ID"),
-              timeout_s: float = typer.Option(0.0, "--timeout", help="Stop after this many seconds (0 = until terminal)."),
+              deadline_s: float = typer.Option(0.0, "--deadline", "--timeout", min=0.0,
+                                               help="Stop after this many seconds in all, reconnections included "
+                                                    "(0 = until a terminal state)."),
+              reconnect: bool = typer.Option(True, "--reconnect/--no-reconnect",
+                                             help="Open the watch again, with back-off, when the connection breaks "
+                                                  "(server restart) before a terminal state."),
               api: str | None = API_OPT, token: str | None = TOKEN_OPT, ca: Path | None = CA_OPT) -> None:
         """Stream a workload's state changes until it is Failed or Cancelled (Ctrl-C to stop)."""
+        import grpc
+
         from global_scheduler.client import state_name
 
+        err_console = Console(stderr=True)
+
+        def reconnecting(why: str, delay_s: float) -> None:
+            err_console.print(f"[yellow]watch interrupted ({why[:200]}); reconnecting in {delay_s:.1f} s[/yellow]")
+
         with _client(api, token, ca) as client:
+            updates = (client.follow(workload_id, deadline_s=deadline_s or None, on_reconnect=reconnecting)
+                       if reconnect else client.watch(workload_id, timeout_s=deadline_s or None))
             try:
-                for w in client.watch(workload_id, timeout_s=timeout_s or None):
+                for w in updates:
                     stamp = time.strftime("%H:%M:%S", time.gmtime(w.updated_unix_s))
                     console.print(f"{stamp}  {state_name(w.state):<10} {w.cluster or '-':<16} {w.message}")
             except KeyboardInterrupt:
                 pass
-            except Exception as exc:
-                import grpc
-
-                if isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                     return
-                _rpc_error(exc)
+                _rpc_error(client.explain(exc))
 
     @app.command("cancel")
     def cancel(workload_id: str = typer.Argument(..., metavar="ID"),
@@ -261,12 +274,12 @@ def register(cli: CliRoot) -> None:
         hooks = []
         if energy and settings.bus.url.startswith(("redis://", "rediss://", "unix://")):
             try:
-                import redis
-
                 from global_scheduler.accounting.ledger import RedisLedger
                 from global_scheduler.accounting.service import SERVICE_NAME, add_energy_service
+                from meridian.bus import redis_client
 
-                ledger = RedisLedger(redis.Redis.from_url(settings.bus.url), prefix=settings.bus.key_prefix + "meridian:")
+                # The bus's credentials and TLS (MERIDIAN_REDIS_*, a password file), not only the URL's.
+                ledger = RedisLedger(redis_client(settings.bus.url), prefix=settings.bus.key_prefix + "meridian:")
 
                 def _energy(server: Any) -> str:
                     add_energy_service(server, ledger)
@@ -485,10 +498,25 @@ def register(cli: CliRoot) -> None:
         routing_process: bool = typer.Option(True, "--routing-process/--routing-in-api",
                                              help="Route in a child process (routing.worker_process) or in a "
                                                   "thread of the API's process."),
+        hostile: bool = typer.Option(False, "--hostile", help="Measure the load alone, then beside a hostile mix "
+                                     "(idle watches, oversized requests, garbage bytes), with a health check every "
+                                     "100 ms; reports the throughput ratio (target ≥ 0.90)."),
+        watches: int = typer.Option(100, "--watches", min=0, help="With --hostile: idle watches kept open."),
+        watch_tokens: int = typer.Option(10, "--watch-tokens", min=1, help="With --hostile: tokens they use."),
+        oversized_rate: float = typer.Option(20.0, "--oversized-rate", min=0.0,
+                                             help="With --hostile: requests over the receive limit per second."),
+        garbage_rate: float = typer.Option(100.0, "--garbage-rate", min=0.0,
+                                           help="With --hostile: garbage-byte calls per second."),
     ) -> None:
         """Sustained SubmitWorkload load over loopback; checks every accepted workload is dispatched once."""
         from global_scheduler.bench_api import run_api_bench
 
+        if hostile:
+            _bench_api_hostile(duration=duration, rate=rate, clients=clients, clusters=clusters, policy=policy,
+                               redis_url=redis_url, json_out=json_out, gil_switch_ms=gil_switch_ms,
+                               routing_process=routing_process, watches=watches, watch_tokens=watch_tokens,
+                               oversized_rate=oversized_rate, garbage_rate=garbage_rate)
+            return
         with console.status(f"{rate:.0f} calls/s for {duration:.0f} s…"):
             r = run_api_bench(redis_url=redis_url, rate=rate, duration_s=duration, clients=clients, clusters=clusters,
                               policy=policy, gil_switch_interval_ms=gil_switch_ms or None,
@@ -511,6 +539,39 @@ def register(cli: CliRoot) -> None:
         if json_out is not None:
             json_out.parent.mkdir(parents=True, exist_ok=True)
             json_out.write_text(json.dumps(d, indent=2))
+
+    def _bench_api_hostile(*, duration: float, rate: float, clients: int, clusters: int, policy: str,
+                           redis_url: str, json_out: Path | None, gil_switch_ms: float, routing_process: bool,
+                           watches: int, watch_tokens: int, oversized_rate: float, garbage_rate: float) -> None:
+        from global_scheduler.bench_api import run_hostile_api_bench
+
+        with console.status(f"{rate:.0f} calls/s for {duration:.0f} s, clean then hostile…"):
+            r = run_hostile_api_bench(redis_url=redis_url, rate=rate, duration_s=duration, clients=clients,
+                                      clusters=clusters, policy=policy, watches=watches, watch_tokens=watch_tokens,
+                                      oversized_per_s=oversized_rate, garbage_per_s=garbage_rate,
+                                      gil_switch_interval_ms=gil_switch_ms or None, routing_process=routing_process)
+        mix = r["hostile_mix"]
+        table = Table(title=f"SubmitWorkload at {rate:.0f}/s offered, alone and beside {watches} idle watches "
+                      f"({watch_tokens} tokens), {oversized_rate:g} oversized/s, {garbage_rate:g} garbage/s")
+        for col in ("phase", "throughput/s", "errors", "p50 ms", "p99 ms", "health probes", "missed",
+                    "health p99 ms", "health max ms"):
+            table.add_column(col, justify="right")
+        for phase in ("clean", "hostile"):
+            load, health = r[phase], r["health"][phase]
+            table.add_row(phase, f"{load['throughput_per_s']:.0f}", str(load["errors"]),
+                          f"{load['latency_ms_p50']:.1f}", f"{load['latency_ms_p99']:.1f}", str(health["probes"]),
+                          str(health["missed"]), f"{health['latency_ms_p99']:.1f}", f"{health['latency_ms_max']:.1f}")
+        console.print(table)
+        met = "[green]met[/green]" if r["ratio_met"] else "[red]missed[/red]"
+        console.print(f"hostile / clean throughput {r['ratio']:.3f} (target ≥ {r['target_ratio']:.2f}: {met}); "
+                      f"watches open at most {mix['watches_open_max']} of {watches} (server limit "
+                      f"{r['server']['watch_limit']}, {r['server']['max_watches_per_token']} per token), "
+                      f"{mix['watch_refusals']} refusals; oversized {mix['oversized_codes']}; "
+                      f"garbage {mix['garbage_codes']}; dispatched {r['dispatch']['dispatched_unique']} of "
+                      f"{r['dispatch']['accepted']} accepted, {r['dispatch']['duplicates']} duplicates")
+        if json_out is not None:
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+            json_out.write_text(json.dumps(r, indent=2))
 
     @train.command("routing")
     def train_routing_cmd(

@@ -11,6 +11,8 @@ their generation times), so a timeout set at or below the regional summary inter
 healthy cluster flap. Between summaries the router *reserves* what it dispatched so a burst of submissions does
 not all land on the cluster that looked emptiest at the last summary; a newer summary (which already
 counts those placements) clears the reservations made before it was generated.
+:meth:`ClusterRegistry.holdings_view` gives the scheduler's reconciliation what a cluster's latest summary
+says it holds.
 
 :meth:`ClusterRegistry.features` gives the routing snapshot as :class:`gnn.features.ClusterFeatures`,
 vectorised over clusters.
@@ -49,6 +51,15 @@ class ClusterRecord:
     interval_s: float = 0.0  # measured period of its summaries (moving average); 0 until two arrived
 
 
+@dataclass(frozen=True)
+class HoldingsView:
+    """What a cluster's latest summary says it holds (for reconciliation)."""
+
+    ready: bool
+    generated_s: float  # when that summary was made (unix s)
+    workloads: frozenset[str] | None  # every workload held there; None: the summary does not list them all
+
+
 class ClusterRegistry:
     def __init__(self, *, cluster_timeout_s: float = 15.0, default_rtt_ms: float = 80.0,
                  prices_per_mwh: dict[str, float] | None = None, configured_regions: Sequence[str] = ()) -> None:
@@ -76,6 +87,12 @@ class ClusterRegistry:
             if self._bus_down_since is not None:
                 self._bus_down_since = None
                 self._bus_back_s = now_s
+
+    def readable_since(self) -> float | None:
+        """Since when the summary stream has been readable without a break (-inf: never lost); None while
+        it cannot be read."""
+        with self._lock:
+            return None if self._bus_down_since is not None else self._bus_back_s
 
     def timeout_for(self, rec: ClusterRecord) -> float:
         return max(self.timeout_s, 2.0 * rec.interval_s)
@@ -155,6 +172,17 @@ class ClusterRegistry:
         with self._lock:
             rec = self._clusters.get(cluster)
             return bool(rec and rec.ready)
+
+    def holdings_view(self, cluster: str) -> HoldingsView | None:
+        """None for a cluster never heard of."""
+        with self._lock:
+            rec = self._clusters.get(cluster)
+            if rec is None:
+                return None
+            s = rec.summary
+            held = frozenset(h.workload for h in s.holdings) if s.holdings_complete else None
+            return HoldingsView(rec.ready, s.generated_unix_ms / 1000.0 if s.generated_unix_ms else rec.last_seen_s,
+                                held)
 
     def rtt_matrix(self, regions: list[str]) -> tuple[np.ndarray, np.ndarray]:
         n = len(regions)

@@ -8,8 +8,11 @@ itself):
   what it assigns so a batch spreads as it would one by one; ``routing_pass.decide_pass``, in a
   child process with ``routing.worker_process``), records the new attempt *before*
   publishing (so the cluster's first event always matches), then publishes one pipelined batch of
-  ``DispatchMessage`` per cluster. If publishing fails the attempt is rolled back and the workloads
-  requeued, so a workload is dispatched once per attempt. Every few seconds it freezes the garbage
+  ``DispatchMessage`` per cluster. If the attempts cannot be made durable they are rolled back and the
+  workloads requeued (nothing was published). If the publish fails, the attempt stands (it is
+  durable, and the publish may have landed all the same: a reply lost to a timeout) and the same
+  messages are published again to the same cluster, with back-off, until they go through, so an
+  attempt never reaches two clusters. Every few seconds it freezes the garbage
   collector's view of live objects (``gc.freeze``): full collections over a growing store were the
   API's latency tail.
 * **summaries**: applies ``ClusterSummary`` entries from ``meridian:summary`` to the registry.
@@ -18,10 +21,15 @@ itself):
 * **sweeper**: marks silent clusters down and reroutes their workloads (failover); a release is sent
   to the silent cluster so that, should it come back, it frees what it held. When a cluster comes
   back, deferrable workloads that have not started on a dirtier cluster move back (failback).
+* **reconciler**: on start (once the summary backlog is read) and every ``reconcile.interval_s``,
+  compares the ``DISPATCHED`` workloads with what their clusters' summaries say they hold, and
+  publishes a lost dispatch again (same attempt) or reroutes off a cluster that is down or unknown
+  (:mod:`global_scheduler.reconcile`): a crash between the durable write and the publish, or a lost
+  event, would otherwise leave a workload ``DISPATCHED`` for ever.
 
-Hazards: a publish that fails half-way may leave some entries published; their workloads are
-requeued with a *new* attempt and the regional worker ignores the stale one when the release
-arrives. Malformed entries go to the stream's dead-letter stream and never stop a worker.
+Hazards: a publish that fails may have landed in part or in whole; publishing the same attempt again
+is harmless because the regional worker applies a ``(workload, attempt)`` once. Malformed entries go
+to the stream's dead-letter stream and never stop a worker.
 """
 
 from __future__ import annotations
@@ -32,11 +40,12 @@ import threading
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from global_scheduler.registry import ClusterRegistry
+from global_scheduler.reconcile import REPUBLISH, decide
+from global_scheduler.registry import ClusterRegistry, HoldingsView
 from global_scheduler.routing.base import DEFER, NO_CLUSTER, Router, RoutingPolicy
 from global_scheduler.routing.registry import get_policy
 from global_scheduler.routing_pass import (
@@ -47,7 +56,7 @@ from global_scheduler.routing_pass import (
     decide_pass,
 )
 from global_scheduler.settings import GlobalSchedulerSettings
-from global_scheduler.store import ACTIVE_ON_CLUSTER, TERMINAL, WorkloadStore
+from global_scheduler.store import ACTIVE_ON_CLUSTER, TERMINAL, Entry, WorkloadStore
 from gnn.features import ClusterFeatures, WorkloadFeatures
 from meridian import observability as obs
 from meridian.bus import (
@@ -118,9 +127,19 @@ class GlobalScheduler:
         # Accepted → dispatch published, per dispatch (a reroute counts again, from the first acceptance).
         self.dispatch_lag_seconds: deque[float] = deque(maxlen=100_000)
         self.routed_by: Counter[int] = Counter()  # workloads decided, per process id (the routing worker's or ours)
+        self._started_s = self.clock()
+        # workload → (attempt, unix s) of its last place published by this instance (reconciliation's clock).
+        self._dispatch_sent: dict[str, tuple[int, float]] = {}
+        self._dispatch_sent_lock = threading.Lock()
+        self._summaries_read = threading.Event()  # the summary backlog has been applied once
+        # cluster → places whose publish failed, published again by the router (its thread only).
+        self._unsent: dict[str, list[tuple[str, int, bytes]]] = {}
+        self._unsent_failures = 0
+        self._unsent_retry_s = 0.0  # monotonic
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        self._started_s = self.clock()
         self.bus.ensure_group(SUMMARY_STREAM, self.instance, start_id="0")
         if self.worker is not None:
             try:
@@ -135,14 +154,16 @@ class GlobalScheduler:
             gc.collect()
             gc.freeze()
         for name, target in (("router", self._router_loop), ("summaries", self._summary_loop),
-                             ("events", self._events_loop), ("sweeper", self._sweep_loop)):
+                             ("events", self._events_loop), ("sweeper", self._sweep_loop),
+                             ("reconciler", self._reconcile_loop)):
             t = threading.Thread(target=self._guard(name, target), name=f"{self.instance}-{name}", daemon=True)
             t.start()
             self._threads.append(t)
 
     def resume(self) -> int:
         """Load what a previous run accepted and requeue its pending workloads (deferred ones wait for their
-        hour). Workloads already on a cluster continue from the events that cluster sends."""
+        hour). Workloads already on a cluster continue from the events that cluster sends; a dispatched one
+        that its cluster never received is found by reconciliation."""
         restored = self.store.restore()
         pending = 0
         for w in restored:
@@ -253,6 +274,8 @@ class GlobalScheduler:
         freeze_every = self.settings.routing.gc_freeze_interval_s
         next_freeze = time.monotonic() + freeze_every
         while not self._stop.is_set():
+            if self._unsent and time.monotonic() >= self._unsent_retry_s:
+                self.publish_unsent()
             batch = self._take_batch()
             if batch:
                 self.route_batch(batch)
@@ -314,24 +337,19 @@ class GlobalScheduler:
                 c = decision.cluster
                 cluster = names[c]
                 attempt = w.attempt + 1
-                r = entry.requests
                 self.registry.reserve(cluster, *item.need)
                 if decision.slo_crit is not None:
                     with self._slo_lock:
                         self._slo_crit.setdefault(cluster, {})[wid] = decision.slo_crit
+                self._note_dispatch(wid, attempt, now)  # before the store says DISPATCHED: reconciliation reads both
                 updated = self.store.update(wid, expect_attempt=w.attempt, copy=False,
                                             state=api.WORKLOAD_STATE_DISPATCHED,
                                             cluster=cluster, region=regions[feats.region_index[c]], attempt=attempt,
                                             message=f"dispatched to {cluster} (attempt {attempt})")
                 if updated is None:
                     continue
-                msg = dpb.DispatchMessage(cluster=cluster, place=dpb.PlaceWorkload(
-                    workload_id=wid, attempt=attempt, name=w.spec.name, tenant=w.spec.tenant,
-                    priority=w.spec.priority, replicas=w.spec.replicas,
-                    requests=dpb.ReplicaRequests(milli_cpu=r.milli_cpu, memory_bytes=r.memory_bytes, gpu=r.gpu,
-                                                 gpu_milli=r.gpu_milli),
-                    dispatched_at_s=now))
-                outgoing.setdefault(cluster, []).append((wid, attempt, msg.SerializeToString()))
+                outgoing.setdefault(cluster, []).append((wid, attempt, self._place_payload(cluster, entry, attempt,
+                                                                                           now)))
             elif decision.cluster == DEFER:
                 until = min(now + self.settings.routing.defer_recheck_s, w.spec.deadline_unix_s)
                 self.store.update(wid, not_before_unix_s=until,
@@ -365,22 +383,63 @@ class GlobalScheduler:
                     self._requeue(cluster, items, f"store unavailable ({exc})")
                 return
         for cluster, items in outgoing.items():
-            try:
-                self.bus.publish_many(dispatch_stream(cluster), [p for _, _, p in items],
-                                      maxlen=self.settings.bus.dispatch_maxlen)
-                self.dispatched_total += len(items)
-                sent = self.clock()
-                for wid, _, _ in items:
-                    entry = self.store.entry(wid)
-                    if entry is not None:
-                        lag = sent - entry.workload.created_unix_s
-                        self.dispatch_lag_seconds.append(lag)
-                        self._dispatch_lag.observe(lag)
-                obs.PLACEMENTS.labels(component="global", cluster=cluster, policy=self.policy_name).inc(len(items))
-            except (BusUnavailableError, BusError) as exc:
-                self._requeue(cluster, items, str(exc))
+            self._publish_places(cluster, items)
+
+    def _publish_places(self, cluster: str, items: list[tuple[str, int, bytes]]) -> bool:
+        """Publish (workload, attempt, place) to ``cluster``; if that fails, keep them to publish again."""
+        try:
+            self.bus.publish_many(dispatch_stream(cluster), [p for _, _, p in items],
+                                  maxlen=self.settings.bus.dispatch_maxlen)
+        except (BusUnavailableError, BusError) as exc:
+            # Not rolled back: the attempt is durable, and the entries may be in the stream (a lost reply);
+            # another cluster must never get the same attempt. The router publishes them here again.
+            log.warning("dispatch of %d workloads to %s failed (%s); publishing them there again", len(items),
+                        cluster, exc)
+            self._unsent.setdefault(cluster, []).extend(items)
+            self._unsent_retry_s = time.monotonic() + BACKOFF_S[min(self._unsent_failures, len(BACKOFF_S) - 1)]
+            self._unsent_failures += 1
+            return False
+        self.dispatched_total += len(items)
+        sent = self.clock()
+        for wid, attempt, _ in items:
+            self._note_dispatch(wid, attempt, sent)
+            entry = self.store.entry(wid)
+            if entry is not None:
+                lag = sent - entry.workload.created_unix_s
+                self.dispatch_lag_seconds.append(lag)
+                self._dispatch_lag.observe(lag)
+        obs.PLACEMENTS.labels(component="global", cluster=cluster, policy=self.policy_name).inc(len(items))
+        return True
+
+    def publish_unsent(self) -> None:
+        """Publish again the places whose publish failed, those still DISPATCHED to that cluster at that attempt
+        (a failover or a cancel since has moved them on)."""
+        unsent, self._unsent = self._unsent, {}
+        ok = True
+        for cluster, items in unsent.items():
+            current = [(wid, attempt, payload) for wid, attempt, payload in items
+                       if (w := self.store.get(wid)) is not None and w.state == api.WORKLOAD_STATE_DISPATCHED
+                       and w.attempt == attempt and w.cluster == cluster]
+            if current:
+                ok = self._publish_places(cluster, current) and ok
+        if ok:
+            self._unsent_failures = 0
+
+    @staticmethod
+    def _place_payload(cluster: str, entry: Entry, attempt: int, now_s: float) -> bytes:
+        w, r = entry.workload, entry.requests
+        return dpb.DispatchMessage(cluster=cluster, place=dpb.PlaceWorkload(
+            workload_id=w.id, attempt=attempt, name=w.spec.name, tenant=w.spec.tenant, priority=w.spec.priority,
+            replicas=w.spec.replicas, requests=dpb.ReplicaRequests(milli_cpu=r.milli_cpu, memory_bytes=r.memory_bytes,
+                                                                   gpu=r.gpu, gpu_milli=r.gpu_milli),
+            dispatched_at_s=now_s)).SerializeToString()
+
+    def _note_dispatch(self, wid: str, attempt: int, at_s: float) -> None:
+        with self._dispatch_sent_lock:
+            self._dispatch_sent[wid] = (attempt, at_s)
 
     def _requeue(self, cluster: str, items: list[tuple[str, int, bytes]], why: str) -> None:
+        """Roll back attempts that were never published (nothing reached the cluster) and route them again."""
         log.warning("dispatch to %s failed (%s); requeueing %d workloads", cluster, why, len(items))
         for wid, attempt, _ in items:
             self.store.update(wid, expect_attempt=attempt, state=api.WORKLOAD_STATE_PENDING,
@@ -420,7 +479,7 @@ class GlobalScheduler:
             try:
                 entries = self.bus.read_group(stream, self.instance, self.instance, count=1000,
                                               block_ms=self.settings.bus.poll_block_ms)
-            except BusUnavailableError:
+            except BusError:  # unreachable, or answering errors (LOADING after a restart, NOPERM): unreadable
                 self.registry.bus_unreachable(self.clock())  # not the clusters' silence: the guard backs off
                 raise
             self.registry.bus_readable(self.clock())
@@ -439,6 +498,8 @@ class GlobalScheduler:
                     self._on_cluster_up(summary.cluster)
             if entries:
                 self.bus.ack(stream, self.instance, [e.entry_id for e in entries])
+            if len(entries) < 1000:
+                self._summaries_read.set()
 
     def _on_cluster_up(self, cluster: str) -> None:
         """Failback: deferrable workloads not yet running on a dirtier cluster move to the recovered one."""
@@ -522,3 +583,102 @@ class GlobalScheduler:
                 for wid in self.store.on_cluster(cluster):
                     self.reroute(wid, reason=f"cluster {cluster} stopped reporting", release_on=cluster)
 
+    # ------------------------------------------------------------------ reconciliation
+    def _reconcile_loop(self) -> None:
+        interval_s = self.settings.reconcile.interval_s
+        if not interval_s:
+            return
+        while not self._summaries_read.wait(0.1):  # a pass before the backlog is read would judge nothing
+            if self._stop.is_set():
+                return
+        while not self._stop.is_set():
+            self.reconcile()
+            self._stop.wait(interval_s)
+
+    def reconcile(self) -> Counter[tuple[str, str]]:
+        """One pass over the ``DISPATCHED`` workloads (:mod:`global_scheduler.reconcile`); returns how many were
+        re-published or rerouted, by (action, reason). Nothing is judged while the bus cannot be read."""
+        done: Counter[tuple[str, str]] = Counter()
+        readable_since = self.registry.readable_since()
+        if readable_since is None:
+            return done
+        now = self.clock()
+        grace_s = self.settings.reconcile.grace_s
+        heard_window_s = now - max(self._started_s, readable_since)
+        dispatched = self.store.dispatched()
+        with self._dispatch_sent_lock:
+            sent = dict(self._dispatch_sent)
+        views: dict[str, HoldingsView | None] = {}
+        republish: dict[str, list[tuple[str, int, str]]] = {}
+        reroutes: list[tuple[str, str, str]] = []
+        for wid, cluster, attempt in dispatched:
+            if cluster not in views:
+                views[cluster] = self.registry.holdings_view(cluster)
+            sent_attempt, sent_s = sent.get(wid, (0, 0.0))
+            verdict = decide(workload_id=wid, view=views[cluster],
+                             dispatched_s=sent_s if sent_attempt == attempt else self._started_s, now_s=now,
+                             grace_s=grace_s, heard_window_s=heard_window_s,
+                             cluster_timeout_s=self.settings.registry.cluster_timeout_s)
+            if verdict is None:
+                continue
+            if verdict.action == REPUBLISH:
+                republish.setdefault(cluster, []).append((wid, attempt, verdict.reason))
+            else:
+                reroutes.append((wid, cluster, verdict.reason))
+        for wid, cluster, reason in reroutes:
+            why = "it has not reported since this scheduler started" if reason == "cluster_unknown" else "it is down"
+            self.reroute(wid, reason=f"reconciliation: dispatched to {cluster}, but {why}", release_on=cluster)
+            done["reroute", reason] += 1
+        for cluster, items in republish.items():
+            done.update(self._republish(cluster, items, now))
+        self._forget_dispatches({wid: attempt for wid, _, attempt in dispatched}, older_than_s=now - grace_s)
+        for (action, reason), n in done.items():
+            obs.RECONCILIATIONS.labels(action=action, reason=reason).inc(n)
+        if reroutes:
+            log.warning("reconciliation rerouted %d dispatched workloads off clusters down or unknown: %s",
+                        len(reroutes), _some(f"{wid} ({cluster})" for wid, cluster, _ in reroutes))
+        return done
+
+    def _republish(self, cluster: str, items: list[tuple[str, int, str]], now_s: float) -> Counter[tuple[str, str]]:
+        """Publish the places of ``items`` (workload, attempt, reason) again, those still DISPATCHED there."""
+        payloads, kept = [], []
+        for wid, attempt, reason in items:
+            entry = self.store.entry(wid)
+            w = entry.workload if entry is not None else None
+            if w is None or w.state != api.WORKLOAD_STATE_DISPATCHED or w.attempt != attempt or w.cluster != cluster:
+                continue  # news arrived, or it moved on, since the pass began
+            payloads.append(self._place_payload(cluster, entry, attempt, now_s))  # type: ignore[arg-type]
+            kept.append((wid, attempt, reason))
+        done: Counter[tuple[str, str]] = Counter()
+        if not payloads:
+            return done
+        try:
+            self.bus.publish_many(dispatch_stream(cluster), payloads, maxlen=self.settings.bus.dispatch_maxlen)
+        except (BusUnavailableError, BusError) as exc:
+            log.warning("reconciliation could not publish %d dispatches to %s again (%s); next pass", len(kept),
+                        cluster, exc)
+            return done
+        sent = self.clock()
+        for wid, attempt, reason in kept:
+            self._note_dispatch(wid, attempt, sent)
+            done[REPUBLISH, reason] += 1
+        log.warning("reconciliation published %d dispatches to %s again (%s): %s", len(kept), cluster,
+                    ", ".join(f"{reason} {n}" for (_, reason), n in sorted(done.items())),
+                    _some(f"{wid} attempt {attempt}" for wid, attempt, _ in kept))
+        return done
+
+    def _forget_dispatches(self, dispatched: dict[str, int], *, older_than_s: float) -> None:
+        """Drop publish times of attempts no longer DISPATCHED (kept a grace period: a dispatch being made
+        now may not be in the store's answer yet)."""
+        with self._dispatch_sent_lock:
+            stale = [wid for wid, (attempt, at_s) in self._dispatch_sent.items()
+                     if at_s < older_than_s and dispatched.get(wid) != attempt]
+            for wid in stale:
+                del self._dispatch_sent[wid]
+
+
+def _some(names: Iterable[str], limit: int = 5) -> str:
+    """The first ``limit`` names and how many more (a log line stays one line)."""
+    items = list(names)
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more

@@ -14,6 +14,12 @@ has an ``ErrorInfo`` reason (``errors.py``).
 Authentication is a server interceptor: a call without ``authorization: Bearer <token>`` matching
 a configured token is answered ``UNAUTHENTICATED`` by the interceptor itself and never reaches a
 servicer. Health checks and reflection stay open so probes work without a secret.
+
+One client cannot take the API down: requests over ``api.max_receive_message_bytes`` are refused by
+the transport (``RESOURCE_EXHAUSTED``), every field has a bound (``validation.py``), streams are
+limited so unary calls and health checks keep handler threads, bytes that are not a request message
+are ``INVALID_ARGUMENT`` without a traceback (``interceptors.py``), and a ``ListWorkloads`` page ends
+at ``api.max_page_bytes`` so it never passes a client's receive limit.
 """
 
 from __future__ import annotations
@@ -31,10 +37,17 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from global_scheduler.errors import rich_status
+from global_scheduler.interceptors import StreamLimiter, StreamLimitInterceptor, UndecodableRequestInterceptor
 from global_scheduler.scheduler import GlobalScheduler
 from global_scheduler.settings import GlobalSchedulerSettings, unsafe_api_reason
 from global_scheduler.store import IdempotencyConflictError
-from global_scheduler.validation import InvalidArgumentError, validate_submit
+from global_scheduler.validation import (
+    InvalidArgumentError,
+    echo,
+    validate_id,
+    validate_list,
+    validate_submit,
+)
 from meridian.bus import BusError, BusUnavailableError
 from protos import global_api_pb2 as api
 from protos import global_api_pb2_grpc as api_grpc
@@ -94,11 +107,13 @@ class GlobalSchedulerServicer(api_grpc.GlobalSchedulerServicer):
         return workload
 
     def _get_or_abort(self, wid: str, context: grpc.ServicerContext) -> api.Workload:
-        if not wid:
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "id: required", field="id", reason="INVALID_FIELD")
+        try:
+            validate_id(wid)
+        except InvalidArgumentError as exc:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc), field=exc.field, reason="INVALID_FIELD")
         w = self.engine.store.get(wid)
         if w is None:
-            _abort(context, grpc.StatusCode.NOT_FOUND, f"workload {wid!r} not found", reason="WORKLOAD_NOT_FOUND",
+            _abort(context, grpc.StatusCode.NOT_FOUND, f"workload {echo(wid)} not found", reason="WORKLOAD_NOT_FOUND",
                    workload_id=wid)
         return w
 
@@ -106,25 +121,14 @@ class GlobalSchedulerServicer(api_grpc.GlobalSchedulerServicer):
         return self._get_or_abort(request.id, context)
 
     def ListWorkloads(self, request: api.ListWorkloadsRequest, context: grpc.ServicerContext) -> api.ListWorkloadsResponse:  # noqa: N802
-        size = request.page_size or self.settings.api.default_page_size
-        if size < 0 or size > self.settings.api.max_page_size:
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
-                   f"page_size: must be between 1 and {self.settings.api.max_page_size}", field="page_size",
-                   reason="INVALID_FIELD")
-        offset = 0
-        if request.page_token:
-            try:
-                offset = int(request.page_token)
-                if offset < 0:
-                    raise ValueError
-            except ValueError:
-                _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "page_token: not a token this server issued",
-                       field="page_token", reason="INVALID_FIELD")
-        if request.state and request.state not in api.WorkloadState.values():
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "state: unknown workload state", field="state",
-                   reason="INVALID_FIELD")
+        api_cfg = self.settings.api
+        try:
+            query = validate_list(request, default_page_size=api_cfg.default_page_size,
+                                  max_page_size=api_cfg.max_page_size)
+        except InvalidArgumentError as exc:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc), field=exc.field, reason="INVALID_FIELD")
         items, nxt = self.engine.store.list(tenant=request.tenant, state=request.state, cluster=request.cluster,
-                                            offset=offset, limit=size)
+                                            offset=query.offset, limit=query.limit, max_bytes=api_cfg.max_page_bytes)
         return api.ListWorkloadsResponse(workloads=items, next_page_token="" if nxt is None else str(nxt))
 
     def WatchWorkload(self, request: api.WatchWorkloadRequest, context: grpc.ServicerContext):  # noqa: N802
@@ -202,6 +206,8 @@ class RunningServer:
     engine: GlobalScheduler
     health: health.HealthServicer
     interceptor: BearerTokenInterceptor | None
+    streams: StreamLimiter | None = None
+    undecodable: UndecodableRequestInterceptor | None = None
 
     def stop(self, grace_s: float = 1.0) -> None:
         self.health.enter_graceful_shutdown()
@@ -225,9 +231,16 @@ def build_server(engine: GlobalScheduler, settings: GlobalSchedulerSettings | No
     if settings.api.gil_switch_interval_ms is not None:
         sys.setswitchinterval(settings.api.gil_switch_interval_ms / 1000.0)
     interceptor = BearerTokenInterceptor(settings.api.auth_tokens) if settings.api.auth_tokens else None
+    streams = StreamLimiter(total=settings.api.watch_limit, per_client=settings.api.max_watches_per_token)
+    undecodable = UndecodableRequestInterceptor()
+    # Outermost first: an unauthenticated call is refused before it takes a stream slot.
+    interceptors: list[grpc.ServerInterceptor] = [*([interceptor] if interceptor else []),
+                                                  StreamLimitInterceptor(streams, by_token=interceptor is not None),
+                                                  undecodable]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=settings.api.max_workers),
-                         interceptors=[interceptor] if interceptor else [],
-                         options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 4 * 2**20)])
+                         interceptors=interceptors,
+                         options=[("grpc.so_reuseport", 0),
+                                  ("grpc.max_receive_message_length", settings.api.max_receive_message_bytes)])
     api_grpc.add_GlobalSchedulerServicer_to_server(GlobalSchedulerServicer(engine), server)
     names = [SERVICE_NAME]
     for hook in extra_services:
@@ -249,4 +262,4 @@ def build_server(engine: GlobalScheduler, settings: GlobalSchedulerSettings | No
     server.start()
     log.info("global scheduler API on port %d (%s, auth %s)", port, "TLS" if api_cfg.tls_cert_file else "plaintext",
              "on" if interceptor else "off")
-    return RunningServer(server, port, engine, health_servicer, interceptor)
+    return RunningServer(server, port, engine, health_servicer, interceptor, streams, undecodable)

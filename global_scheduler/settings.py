@@ -25,11 +25,33 @@ class ApiSettings(BaseModel):
                            "otherwise: anyone who reaches the port could submit and cancel work.")
     max_page_size: int = Field(1000, ge=1, description="Largest ListWorkloads page (workloads).")
     default_page_size: int = Field(100, ge=1, description="ListWorkloads page size when the request gives none.")
+    max_page_bytes: int = Field(3 * 2**20, ge=64 * 2**10, description="A ListWorkloads page also ends before its "
+                                "serialized size would pass this many bytes (it still holds at least one workload) "
+                                "and says where to go on: 3 MiB stays under gRPC clients' default 4 MiB receive limit, "
+                                "so a page of big workloads (thousands of replicas' node names) never fails there.")
+    max_receive_message_bytes: int = Field(2**20, ge=64 * 2**10, description="Largest request the server reads "
+                                           "(gRPC max_receive_message_length); larger ones are RESOURCE_EXHAUSTED "
+                                           "before any handler runs. The largest valid SubmitWorkload is under 16 KiB "
+                                           "(validation.MAX_SPEC_BYTES); 1 MiB leaves room and stays cheap.")
+    max_watches_total: int | None = Field(None, ge=1, description="Long-lived streams open at once (WatchWorkload, "
+                                          "and the open health Watch and reflection streams), each holding a handler "
+                                          "thread; beyond it a new one is RESOURCE_EXHAUSTED. None: half of "
+                                          "max_workers, so unary calls and health checks keep the other half.")
+    max_watches_per_token: int = Field(8, ge=1, description="Streams open at once per bearer token (per peer "
+                                       "address for calls without one, and for every call when authentication is "
+                                       "off), so one client cannot take every watch slot.")
+    reserved_workers: int = Field(4, ge=1, description="Handler threads no stream may take: max_workers must be at "
+                                  "least the watch limit plus this, or the API refuses to start.")
     gil_switch_interval_ms: float | None = Field(
         0.5, gt=0, le=100, description="Python's thread switch interval (sys.setswitchinterval) set when the API "
         "starts; None leaves the interpreter's 5 ms. Routed in-process (routing.worker_process off), the router thread "
         "routes batches in Python while handler threads wait for the GIL, so at 5 ms a call can wait several intervals: at 1,000 calls/s on 2 cores the "
         "SubmitWorkload p99 was ~110 ms with 5 ms and ~20 ms with 0.5 ms (docs/benchmarks.md). Process-wide.")
+
+    @property
+    def watch_limit(self) -> int:
+        """Streams open at once: max_watches_total, or half of max_workers."""
+        return self.max_watches_total if self.max_watches_total is not None else max(1, self.max_workers // 2)
 
 
 _LOOPBACK_HOSTS = ("localhost", "::1", "[::1]")
@@ -48,6 +70,10 @@ def unsafe_api_reason(api: ApiSettings) -> str | None:
         return (f"authentication is off (no MERIDIAN_GLOBAL_API__AUTH_TOKENS) and the API would listen on "
                 f"{api.listen}, beyond loopback: set tokens, listen on 127.0.0.1, or pass --insecure "
                 "(MERIDIAN_GLOBAL_API__INSECURE=true) on a trusted network")
+    if api.max_workers < api.watch_limit + api.reserved_workers:
+        return (f"max_workers ({api.max_workers}) is below the watch limit ({api.watch_limit}) plus reserved_workers "
+                f"({api.reserved_workers}): open watches could take every handler thread and leave unary calls and "
+                "health checks waiting; raise MERIDIAN_GLOBAL_API__MAX_WORKERS or lower MAX_WATCHES_TOTAL")
     return None
 
 
@@ -101,6 +127,18 @@ class RoutingSettings(BaseModel):
                                         "main p99 source at 1,000 submits/s in our runs (30 ms with the collector off vs 136 ms on). 0 = off.")
 
 
+class ReconcileSettings(BaseModel):
+    interval_s: float = Field(30.0, ge=0, description="How often (s) the workloads the store says are DISPATCHED "
+                              "are compared with what their clusters report holding; also once at start, after "
+                              "the summary backlog is read. A lost dispatch waits about grace_s + interval_s. 0 = off.")
+    grace_s: float = Field(60.0, gt=0, description="A workload DISPATCHED this long (s) without news, to a cluster "
+                           "up whose summaries made since list all it holds, is published again (same attempt; the "
+                           "regional worker places it once, or re-sends its event); to a cluster down or unknown, "
+                           "rerouted. Above the regional worker's claim_idle_ms and bus.claim_idle_ms (30 s each: "
+                           "what a dead consumer left pending is reclaimed first) and several summary intervals "
+                           "(5-10 s), so a dispatch in flight is not taken for a lost one.")
+
+
 class StoreSettings(BaseModel):
     persist: bool = Field(True, description="Keep accepted workloads in the bus's hash meridian:workloads (Redis) "
                           "so they and their idempotency keys survive a restart; off keeps them in memory only.")
@@ -116,4 +154,5 @@ class GlobalSchedulerSettings(BaseSettings):
     bus: BusSettings = Field(default_factory=BusSettings)
     registry: RegistrySettings = Field(default_factory=RegistrySettings)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
+    reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)

@@ -42,6 +42,10 @@ ACTIVE_ON_CLUSTER = frozenset({api.WORKLOAD_STATE_DISPATCHED, api.WORKLOAD_STATE
                                api.WORKLOAD_STATE_RUNNING})
 
 
+def _varint_bytes(value: int) -> int:
+    return max(1, (value.bit_length() + 6) // 7)
+
+
 class IdempotencyConflictError(Exception):
     def __init__(self, key: str, workload_id: str) -> None:
         self.key, self.workload_id = key, workload_id
@@ -265,24 +269,39 @@ class WorkloadStore:
             return set(entry.excluded_clusters) if entry else set()
 
     def list(self, *, tenant: str = "", state: int = 0, cluster: str = "", offset: int = 0,
-             limit: int = 100) -> tuple[list[api.Workload], int | None]:
-        """A page in submission order and the offset of the next page (None at the end)."""
+             limit: int = 100, max_bytes: int | None = None) -> tuple[list[api.Workload], int | None]:
+        """A page in submission order and the offset of the next page (None at the end). With ``max_bytes``
+        the page also ends before the workloads' size in a response would pass it (at least one is kept)."""
         out: list[api.Workload] = []
+        used_bytes = 0
         with self._lock:
             i = offset
             while i < len(self._order) and len(out) < limit:
                 w = self._entries[self._order[i]].workload
-                i += 1
                 if (tenant and w.spec.tenant != tenant) or (state and w.state != state) or \
                         (cluster and w.cluster != cluster):
+                    i += 1
                     continue
+                if max_bytes is not None:
+                    size = w.ByteSize()
+                    size += 1 + _varint_bytes(size)  # its tag and length in the repeated field
+                    if out and used_bytes + size > max_bytes:
+                        break
+                    used_bytes += size
                 out.append(self._copy(w))
+                i += 1
             return out, (i if i < len(self._order) else None)
 
     def on_cluster(self, cluster: str) -> list[str]:
         with self._lock:
             return [wid for wid, e in self._entries.items()
                     if e.workload.cluster == cluster and e.workload.state in ACTIVE_ON_CLUSTER]
+
+    def dispatched(self) -> list[tuple[str, str, int]]:
+        """(workload id, cluster, attempt) of every workload routed to a cluster that has sent no news of it."""
+        with self._lock:
+            return [(wid, e.workload.cluster, e.workload.attempt) for wid, e in self._entries.items()
+                    if e.workload.state == api.WORKLOAD_STATE_DISPATCHED]
 
     def watch(self, wid: str, *, is_active: Callable[[], bool], poll_s: float = 1.0) -> Iterator[api.Workload]:
         """Yield the workload now and after every change, until it is terminal or the caller leaves."""

@@ -2,6 +2,11 @@
 
 Quantities are parsed with :mod:`meridian.quantity`, whose ``QuantityError`` names the field; the
 field path is prefixed with where it sits in the request (``spec.requests.cpu``).
+
+Every string and repeated field of a request has a bound, listed in :data:`FIELD_BOUNDS` (a test
+walks the request messages and fails on a field missing there), so what one accepted request can make
+the server store, parse or echo is bounded too. The transport caps a whole request at
+``api.max_receive_message_bytes`` (1 MiB) before any of this runs.
 """
 
 from __future__ import annotations
@@ -26,7 +31,35 @@ MAX_REPLICAS = 10_000
 MAX_IDEMPOTENCY_KEY = 256
 MAX_ALLOWED_REGIONS = 64  # far more regions than any provider has; bounds what one request can store
 MAX_WEIGHT = 1e6  # objective weights are relative; larger values only overflow the features
+MAX_QUANTITY_CHARS = 64  # "1500m", "128Gi", "1.5e3": a Kubernetes quantity is a few characters
+# The largest spec the bounds above allow serializes to about 5 KB; unknown fields (a newer client's,
+# or padding) are kept with the spec and stored, so the whole spec is bounded as well.
+MAX_SPEC_BYTES = 16 * 1024
+MAX_ID_CHARS = 128  # ids are 32 hex characters; room for another scheme
+MAX_CLUSTER_NAME = 253
+MAX_PAGE_TOKEN_CHARS = 20  # a token is an offset the server issued
 ECHO_CHARS = 64
+
+# Request field (message.field path) → its bound; over it is INVALID_ARGUMENT naming the field.
+FIELD_BOUNDS: dict[str, str] = {
+    "SubmitWorkloadRequest.spec": f"≤ {MAX_SPEC_BYTES // 1024} KiB serialized, unknown fields included",
+    "SubmitWorkloadRequest.spec.name": "a DNS-1123 label, ≤ 63 characters",
+    "SubmitWorkloadRequest.spec.tenant": "≤ 253 characters: letters, digits, '.', '_', ':', '@', '/', '-'",
+    "SubmitWorkloadRequest.spec.requests.cpu": f"a quantity, ≤ {MAX_QUANTITY_CHARS} characters",
+    "SubmitWorkloadRequest.spec.requests.memory": f"a quantity, ≤ {MAX_QUANTITY_CHARS} characters",
+    "SubmitWorkloadRequest.spec.requests.gpu": f"a quantity, ≤ {MAX_QUANTITY_CHARS} characters",
+    "SubmitWorkloadRequest.spec.requests.gpu_milli": f"a quantity, ≤ {MAX_QUANTITY_CHARS} characters",
+    "SubmitWorkloadRequest.spec.allowed_regions": f"≤ {MAX_ALLOWED_REGIONS} region names of ≤ 63 characters",
+    "SubmitWorkloadRequest.spec.origin_region": "a region name, ≤ 63 characters",
+    "SubmitWorkloadRequest.spec.workload_class": "'', 'latency-sensitive' or 'batch'",
+    "SubmitWorkloadRequest.idempotency_key": f"≤ {MAX_IDEMPOTENCY_KEY} characters",
+    "GetWorkloadRequest.id": f"≤ {MAX_ID_CHARS} characters",
+    "WatchWorkloadRequest.id": f"≤ {MAX_ID_CHARS} characters",
+    "CancelWorkloadRequest.id": f"≤ {MAX_ID_CHARS} characters",
+    "ListWorkloadsRequest.tenant": "a tenant name (as spec.tenant)",
+    "ListWorkloadsRequest.cluster": f"≤ {MAX_CLUSTER_NAME} characters",
+    "ListWorkloadsRequest.page_token": f"≤ {MAX_PAGE_TOKEN_CHARS} digits, as the server issued it",
+}
 
 
 def echo(value: str) -> str:
@@ -68,7 +101,9 @@ def _parse_cached(text: str, field: str, milli: bool) -> int | quantity.Quantity
 def _quantity(text: str, field: str, *, milli: bool) -> int:
     if not text:
         return 0
-    parsed = _parse_cached(text, field, milli) if len(text) <= 64 else _parse_cached.__wrapped__(text, field, milli)
+    if len(text) > MAX_QUANTITY_CHARS:
+        raise InvalidArgumentError(field, f"{echo(text)}: a quantity is at most {MAX_QUANTITY_CHARS} characters")
+    parsed = _parse_cached(text, field, milli)
     if isinstance(parsed, quantity.QuantityError):
         raise InvalidArgumentError(parsed.field, parsed.reason)
     return parsed
@@ -134,4 +169,43 @@ def validate_submit(request: api.SubmitWorkloadRequest, *, now_s: float) -> Pars
             raise InvalidArgumentError(f"spec.weights.{name}", f"must be a number from 0 to {MAX_WEIGHT:g}")
     if spec.workload_class not in CLASSES:
         raise InvalidArgumentError("spec.workload_class", f"one of {', '.join(repr(c) for c in CLASSES)}")
+    # Last, so that a known field over its own bound is named; what is left over is unknown fields.
+    size = spec.ByteSize()
+    if size > MAX_SPEC_BYTES:
+        raise InvalidArgumentError("spec", f"at most {MAX_SPEC_BYTES:,} bytes serialized, unknown fields included; "
+                                   f"got {size:,}")
     return parsed
+
+
+def validate_id(wid: str, field: str = "id") -> None:
+    if not wid:
+        raise InvalidArgumentError(field, "required")
+    if len(wid) > MAX_ID_CHARS:
+        raise InvalidArgumentError(field, f"{echo(wid)}: at most {MAX_ID_CHARS} characters")
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    offset: int
+    limit: int
+
+
+def validate_list(request: api.ListWorkloadsRequest, *, default_page_size: int, max_page_size: int) -> ListQuery:
+    """Check a ListWorkloads request's filters and paging; returns where the page starts and its size."""
+    if request.tenant and not TENANT.fullmatch(request.tenant):
+        raise InvalidArgumentError("tenant", f"{echo(request.tenant)} is not a tenant name (at most 253 characters, "
+                                   "letters, digits and '.', '_', ':', '@', '/', '-')")
+    if len(request.cluster) > MAX_CLUSTER_NAME:
+        raise InvalidArgumentError("cluster", f"{echo(request.cluster)}: at most {MAX_CLUSTER_NAME} characters")
+    if request.state and request.state not in api.WorkloadState.values():
+        raise InvalidArgumentError("state", "unknown workload state")
+    size = request.page_size or default_page_size
+    if not 1 <= size <= max_page_size:
+        raise InvalidArgumentError("page_size", f"must be between 1 and {max_page_size}")
+    offset = 0
+    if request.page_token:
+        token = request.page_token
+        if len(token) > MAX_PAGE_TOKEN_CHARS or not token.isascii() or not token.isdigit():
+            raise InvalidArgumentError("page_token", "not a token this server issued")
+        offset = int(token)
+    return ListQuery(offset, size)

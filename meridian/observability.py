@@ -137,6 +137,9 @@ POLICY_FALLBACKS = counter("meridian_policy_fallbacks_total", "Decisions taken b
                            ["component", "policy", "reason"])
 DECISION_LATENCY = histogram("meridian_decision_latency_seconds", "Wall time of one placement or routing "
                              "decision.", ["component", "policy"])
+RECONCILIATIONS = counter("meridian_reconciliations_total", "Dispatched workloads the global scheduler's "
+                          "reconciliation acted on: published again to their cluster (action republish) or "
+                          "rerouted (action reroute), by a short reason class.", ["action", "reason"])
 DISPATCH_LAG = histogram("meridian_dispatch_lag_seconds", "Time from a workload's acceptance by the global API "
                          "to its dispatch to a cluster (a reroute counts again, from the acceptance).", ["policy"],
                          buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0))

@@ -26,7 +26,9 @@ if _version_not_supported:
 
 
 class GlobalSchedulerStub:
-    """Missing associated documentation comment in .proto file."""
+    """Every string and repeated request field has a bound (global_scheduler/validation.py FIELD_BOUNDS; over it:
+    INVALID_ARGUMENT naming the field); a request is at most api.max_receive_message_bytes (1 MiB).
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -67,7 +69,9 @@ class GlobalSchedulerStub:
 
 
 class GlobalSchedulerServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Every string and repeated request field has a bound (global_scheduler/validation.py FIELD_BOUNDS; over it:
+    INVALID_ARGUMENT naming the field); a request is at most api.max_receive_message_bytes (1 MiB).
+    """
 
     def SubmitWorkload(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -147,7 +151,9 @@ def add_GlobalSchedulerServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class GlobalScheduler:
-    """Missing associated documentation comment in .proto file."""
+    """Every string and repeated request field has a bound (global_scheduler/validation.py FIELD_BOUNDS; over it:
+    INVALID_ARGUMENT naming the field); a request is at most api.max_receive_message_bytes (1 MiB).
+    """
 
     @staticmethod
     def SubmitWorkload(request,

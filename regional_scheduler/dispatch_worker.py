@@ -19,9 +19,15 @@ are another matter: an entry is acknowledged only after its events are published
 publish fails (Redis restarting) the entry comes back while the placement is already applied. The
 events of an applied action are therefore kept until they are published and sent again on
 redelivery; the global scheduler applies a phase of an attempt once, so a repeat is harmless.
+A place of an attempt already applied whose events *were* published (the global scheduler's
+reconciliation re-publishes a dispatch it has heard nothing of) re-emits the workload's current
+event instead: ``RUNNING`` or ``SCHEDULED`` with its nodes, or ``FAILED`` with the reason, so a lost
+event is healed as well as a lost dispatch; nothing when the attempt was released.
 
 It also publishes a ``ClusterSummary`` of its (simulated) cluster to ``meridian:summary`` every
-``summary_interval_s``, which is how the global registry learns about a simulated cluster.
+``summary_interval_s``, which is how the global registry learns about a simulated cluster. Its
+``holdings`` list every workload held here (``holdings_complete``), which is what the global
+reconciliation compares its dispatched workloads with.
 
 Hazards: the placement table lives in memory, so a restarted worker forgets its placements on a
 simulated cluster; malformed entries are dead-lettered.
@@ -96,6 +102,7 @@ class Held:
     attempt: int
     uids: list[str] = field(default_factory=list)
     pods: list[tuple[Pod, str]] = field(default_factory=list)
+    running: bool = False  # RUNNING was reported (a simulated pod has started)
 
 
 class DispatchWorker:
@@ -110,6 +117,7 @@ class DispatchWorker:
         self.binder = SimulatedBinder()
         self.held: dict[str, Held] = {}
         self.applied: set[tuple[str, int]] = set()
+        self.failures: dict[tuple[str, int], str] = {}  # (workload, attempt) → why its place FAILED
         # Events of applied actions not yet known to be published, by (workload, attempt, action), and
         # the keys whose events are in the batch being handled (sent once per batch).
         self.unpublished: dict[tuple[str, int, str], list[bytes]] = {}
@@ -158,13 +166,37 @@ class DispatchWorker:
         self._in_batch.add(key)
         return events
 
+    def _restate(self, wid: str, attempt: int) -> list[bytes]:
+        """A place of an attempt already applied: its events again if their publish never succeeded,
+        otherwise the workload's current event (once per batch). The caller holds ``lock``."""
+        key = (wid, attempt, "place")
+        if key in self._in_batch:
+            return []
+        if key in self.unpublished:
+            return self._replay(key)
+        held = self.held.get(wid)
+        if held is not None and held.attempt == attempt:
+            phase = dpb.PLACEMENT_PHASE_RUNNING if held.running else dpb.PLACEMENT_PHASE_SCHEDULED
+            events = [self._event(wid, attempt, phase, nodes=[node for _, node in held.pods])]
+        elif (reason := self.failures.get((wid, attempt))) is not None:
+            events = [self._event(wid, attempt, dpb.PLACEMENT_PHASE_FAILED, reason)]
+        else:
+            return []  # released, or voided by a release that came first: the global tier has moved on
+        self._in_batch.add(key)
+        return events
+
     def place(self, msg: dpb.PlaceWorkload) -> list[bytes]:
         key = (msg.workload_id, msg.attempt)
         with self.lock:
             if key in self.applied:
-                return self._replay((*key, "place"))  # redelivery of an attempt already applied
+                return self._restate(*key)  # redelivered, or re-published by the global reconciliation
             self.applied.add(key)
             return self._remember((*key, "place"), self._place(msg))
+
+    def _failed(self, msg: dpb.PlaceWorkload, reason: str) -> list[bytes]:
+        self.failed_total += 1
+        self.failures[(msg.workload_id, msg.attempt)] = reason
+        return [self._event(msg.workload_id, msg.attempt, dpb.PLACEMENT_PHASE_FAILED, reason)]
 
     def _place(self, msg: dpb.PlaceWorkload) -> list[bytes]:
         with self.lock:
@@ -181,20 +213,16 @@ class DispatchWorker:
                     decision = self.service.decide(uid, pod)
                 except Exception as exc:  # a policy bug must fail this workload, not wedge it as DISPATCHED
                     self._unbind(held.uids)
-                    self.failed_total += 1
                     log.exception("dispatch worker %s: scheduling %s failed", self.cluster, pod.name)
                     obs.PLACEMENT_FAILURES.labels(component="regional-dispatch", cluster=self.cluster,
                                                   reason="scheduler error").inc()
-                    return [self._event(msg.workload_id, msg.attempt, dpb.PLACEMENT_PHASE_FAILED,
-                                        f"replica {i + 1}/{msg.replicas}: scheduler error: {exc}")]
+                    return self._failed(msg, f"replica {i + 1}/{msg.replicas}: scheduler error: {exc}")
                 if decision.placement is None:
                     self._unbind(held.uids)
                     why = decision.diagnosis.summary if decision.diagnosis is not None else "no node fits"
-                    self.failed_total += 1
                     obs.PLACEMENT_FAILURES.labels(component="regional-dispatch", cluster=self.cluster,
                                                   reason="no node fits a replica").inc()
-                    return [self._event(msg.workload_id, msg.attempt, dpb.PLACEMENT_PHASE_FAILED,
-                                        f"replica {i + 1}/{msg.replicas}: {why}")]
+                    return self._failed(msg, f"replica {i + 1}/{msg.replicas}: {why}")
                 node = self.service.node_name(decision)
                 self.binder.bind(BindRequest(namespace=msg.tenant or "default", name=pod.name, uid=uid, node=node))
                 self.service.observe_bound(uid, pod, node)  # the simulated binder is the cluster's truth
@@ -209,6 +237,7 @@ class DispatchWorker:
             if self.settings.start_delay_s > 0:
                 self.starting.append((self.clock() + self.settings.start_delay_s, msg.workload_id, msg.attempt, nodes))
                 return [scheduled]
+            held.running = True
         return [scheduled, self._event(msg.workload_id, msg.attempt, dpb.PLACEMENT_PHASE_RUNNING, nodes=nodes)]
 
     def due_starts(self) -> list[bytes]:
@@ -221,6 +250,7 @@ class DispatchWorker:
                 if due > now:
                     keep.append((due, wid, attempt, nodes))
                 elif (held := self.held.get(wid)) is not None and held.attempt == attempt:
+                    held.running = True
                     out.append(self._event(wid, attempt, dpb.PLACEMENT_PHASE_RUNNING, nodes=nodes))
             self.starting = keep
         return out
@@ -309,18 +339,21 @@ class DispatchWorker:
                 fragmentation_score=seed_fragmentation_score(st) if st.n_nodes else 0.0,
                 power_watts=power, carbon_g_per_kwh=self.settings.carbon_g_per_kwh,
                 carbon_g_per_s=power * self.settings.pue * self.settings.carbon_g_per_kwh / 3.6e6,
-                pue=self.settings.pue, idle_power_watts=idle, holdings=holdings)
+                pue=self.settings.pue, idle_power_watts=idle, holdings=holdings, holdings_complete=True)
 
     def publish_summary(self) -> None:
         self.bus.publish(SUMMARY_STREAM, self.summary().SerializeToString(), maxlen=10_000)
 
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event, *, summaries: bool = True) -> None:
-        self.bus.ensure_group(self.stream, GROUP, start_id="0")
         failures = 0
         next_summary = 0.0
+        grouped = False
         while not stop.is_set():
             try:
+                if not grouped:  # inside the back-off: a worker started while Redis is down waits for it
+                    self.bus.ensure_group(self.stream, GROUP, start_id="0")
+                    grouped = True
                 if summaries and time.monotonic() >= next_summary:
                     self.publish_summary()
                     next_summary = time.monotonic() + self.settings.summary_interval_s

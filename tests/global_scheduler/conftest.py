@@ -70,12 +70,13 @@ def federation(redis_url: str, key_prefix: str) -> Iterator[Callable[..., Federa
 
     def make(clusters: dict[str, tuple[str, int, float]] | None = None, *, tokens: list[str] | None = None,
              policy: str = "karmada", cluster_timeout_s: float = 2.0, start_delay_s: float = 0.0,
-             tls: tuple[str, str] | None = None, routing_worker: bool = False) -> Federation:
+             tls: tuple[str, str] | None = None, routing_worker: bool = False,
+             api: dict[str, object] | None = None) -> Federation:
         # Routing in-process unless asked: a worker per federation would cost each test its start-up.
         clusters = clusters or {"north-1": ("eu-north", 4, 10.0), "central-1": ("eu-central", 4, 300.0)}
         settings = GlobalSchedulerSettings(
             api={"listen": "127.0.0.1:0", "auth_tokens": [TOKEN] if tokens is None else tokens, "max_workers": 8,
-                 **({"tls_cert_file": tls[0], "tls_key_file": tls[1]} if tls else {})},
+                 **({"tls_cert_file": tls[0], "tls_key_file": tls[1]} if tls else {}), **(api or {})},
             bus={"url": redis_url, "key_prefix": key_prefix, "poll_block_ms": 50},
             registry={"cluster_timeout_s": cluster_timeout_s, "sweep_interval_s": 0.1},
             routing={"policy": policy, "defer_recheck_s": 1.0, "worker_process": routing_worker})

@@ -301,7 +301,7 @@ def test_tls(federation, tmp_path) -> None:
 def test_oversized_request_is_refused_and_the_server_goes_on(federation) -> None:
     fed = federation()
     stub = fed.stub()
-    huge = spec(tenant="t" * (5 * 2**20))  # over the server's 4 MiB receive limit
+    huge = spec(tenant="t" * (5 * 2**20))  # over the server's receive limit (api.max_receive_message_bytes, 1 MiB)
     with pytest.raises(grpc.RpcError) as err:
         stub.SubmitWorkload(api.SubmitWorkloadRequest(spec=huge), metadata=AUTH, timeout=30)
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED

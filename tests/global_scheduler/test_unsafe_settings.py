@@ -20,6 +20,11 @@ from meridian.cli import build_app
     pytest.param({"listen": "localhost:50051"}, None, id="localhost-without-auth"),
     pytest.param({"listen": "127.0.0.1:0", "tls_cert_file": "cert.pem"}, "tls_key_file is not", id="cert-no-key"),
     pytest.param({"listen": "127.0.0.1:0", "tls_key_file": "key.pem"}, "tls_cert_file is not", id="key-no-cert"),
+    # Streams may not take the threads unary calls and health checks need (interceptors.py).
+    pytest.param({"max_workers": 8, "max_watches_total": 6}, "reserved_workers", id="watches-leave-too-few-threads"),
+    pytest.param({"max_workers": 6}, "reserved_workers", id="default-half-leaves-too-few"),
+    pytest.param({"max_workers": 8}, None, id="half-of-8-threads-for-watches"),
+    pytest.param({"max_workers": 32, "max_watches_total": 28}, None, id="explicit-limit-with-reserve"),
 ])
 def test_unsafe_api_settings(api: dict[str, object], refused: str | None) -> None:
     reason = unsafe_api_reason(ApiSettings(**api))

@@ -182,7 +182,57 @@ def test_events_whose_publish_failed_are_sent_on_redelivery(redis_url: str, key_
     assert [e.phase for e in events(w)] == [dpb.PLACEMENT_PHASE_SCHEDULED, dpb.PLACEMENT_PHASE_RUNNING]
     assert w.bus.pending(dispatch_stream("c1"), "regional-dispatch") == 0
     assert int(w.state.req_milli_cpu.sum()) == 16000  # placed once
-    # Once published, a further redelivery of the same attempt sends nothing more.
+    # Once published, a further place of the same attempt places nothing more and re-states the workload's
+    # current phase (what the global reconciliation relies on to heal a lost event).
     w.bus.publish(dispatch_stream("c1"), place("w1"))
     w.poll_once()
-    assert len(events(w)) == 2
+    assert [e.phase for e in events(w)][2:] == [dpb.PLACEMENT_PHASE_RUNNING]
+    assert int(w.state.req_milli_cpu.sum()) == 16000
+
+
+@pytest.mark.parametrize(("replicas", "cpu", "start_delay_s", "release", "restated"), [
+    # 2 × 8 CPU fit: placed and started, so a repeat says RUNNING with both nodes.
+    pytest.param(2, 8000, 0.0, False, (dpb.PLACEMENT_PHASE_RUNNING, 2), id="running"),
+    # Started after a delay not yet over: SCHEDULED with its nodes.
+    pytest.param(2, 8000, 60.0, False, (dpb.PLACEMENT_PHASE_SCHEDULED, 2), id="scheduled"),
+    # 5 × 8 CPU > 32: the place FAILED; a repeat says FAILED again, with the same reason.
+    pytest.param(5, 8000, 0.0, False, (dpb.PLACEMENT_PHASE_FAILED, 0), id="failed"),
+    # Released since: the global tier has moved on, nothing is said.
+    pytest.param(2, 8000, 0.0, True, None, id="released"),
+])
+def test_a_repeated_place_restates_the_current_phase_once(redis_url: str, key_prefix: str, replicas: int, cpu: int,
+                                                          start_delay_s: float, release: bool,
+                                                          restated: tuple[int, int] | None) -> None:
+    nodes = [Node(name=f"n{i}", capacity=Resources(milli_cpu="16", memory_bytes=64 * GIB)) for i in range(2)]
+    w = DispatchWorker(bus=open_bus(redis_url, key_prefix=key_prefix), state=simulated_cluster(nodes),
+                       settings=DispatchWorkerSettings(cluster="c1", block_ms=10, start_delay_s=start_delay_s))
+    w.bus.ensure_group(w.stream, "regional-dispatch")
+    w.bus.publish(dispatch_stream("c1"), place("w1", replicas=replicas, cpu=cpu))
+    w.poll_once()
+    if release:
+        w.bus.publish(dispatch_stream("c1"), dpb.DispatchMessage(
+            cluster="c1", release=dpb.ReleaseWorkload(workload_id="w1", attempt=1)).SerializeToString())
+        w.poll_once()
+    first = events(w)
+    held_cpu = int(w.state.req_milli_cpu.sum())
+    # The same attempt twice in one batch: one statement, no second placement.
+    w.bus.publish(dispatch_stream("c1"), place("w1", replicas=replicas, cpu=cpu))
+    w.bus.publish(dispatch_stream("c1"), place("w1", replicas=replicas, cpu=cpu))
+    w.poll_once()
+    again = events(w)[len(first):]
+    assert int(w.state.req_milli_cpu.sum()) == held_cpu
+    if restated is None:
+        assert again == []
+        return
+    phase, n_nodes = restated
+    assert [(e.phase, len(e.nodes), e.attempt) for e in again] == [(phase, n_nodes, 1)]
+    if phase == dpb.PLACEMENT_PHASE_FAILED:
+        assert again[0].reason == first[0].reason
+    else:
+        assert list(again[0].nodes) == list(first[0].nodes)
+
+
+def test_summary_says_its_holdings_are_complete(worker: DispatchWorker) -> None:
+    # An idle simulated cluster holds nothing, and says so: an empty list is an answer, not "unknown".
+    s = worker.summary()
+    assert s.holdings_complete and list(s.holdings) == []
