@@ -25,6 +25,7 @@ from tests.faults.harness import (
 
 pytestmark = pytest.mark.faults
 
+
 CLUSTER = "north-1"
 RUNNING = {api.WORKLOAD_STATE_RUNNING}
 # The worker is silent from its hang until its successor's first summary: seconds on a loaded machine.

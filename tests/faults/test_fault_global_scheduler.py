@@ -27,6 +27,7 @@ from tests.faults.inject import CRASH_EXIT_CODE
 
 pytestmark = pytest.mark.faults
 
+
 CLUSTERS = ("north-1", "central-1")
 RUNNING = {api.WORKLOAD_STATE_RUNNING}
 GRACE_S = 3.0  # reconciliation's, where it is the healer

@@ -26,6 +26,7 @@ from tests.faults.harness import (
 
 pytestmark = pytest.mark.faults
 
+
 CLUSTERS = ("north-1", "central-1")
 RUNNING = {api.WORKLOAD_STATE_RUNNING}
 CLUSTER_TIMEOUT_S = 4.0

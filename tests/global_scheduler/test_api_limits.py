@@ -28,6 +28,9 @@ from protos import global_api_pb2 as api
 from protos import global_api_pb2_grpc as api_grpc
 from tests.global_scheduler.conftest import TOKEN, wait_for
 
+pytestmark = pytest.mark.faults  # part of the hardening suite: pytest -m faults
+
+
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
 SERVICE = api.DESCRIPTOR.services_by_name["GlobalScheduler"]
 

@@ -15,6 +15,9 @@ from meridian.bus import open_bus
 from protos import global_api_pb2 as api
 from protos import global_api_pb2_grpc as api_grpc
 
+pytestmark = pytest.mark.faults  # part of the hardening suite: pytest -m faults
+
+
 TOKEN = "t0ken"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
 

@@ -22,6 +22,9 @@ from meridian.cli import build_app
 from protos import global_api_pb2 as api
 from tests.global_scheduler.conftest import TOKEN, Federation, wait_for
 
+pytestmark = pytest.mark.faults  # part of the hardening suite: pytest -m faults
+
+
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
 SPEC = api.WorkloadSpec(name="web", tenant="shop", replicas=1, requests=api.ResourceQuantities(cpu="1"))
 STATE_LINE = re.compile(r"^\d\d:\d\d:\d\d  (\w+)\s", re.MULTILINE)

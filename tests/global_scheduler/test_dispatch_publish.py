@@ -18,6 +18,8 @@ from protos import dispatch_pb2 as dpb
 from protos import global_api_pb2 as api
 from protos import telemetry_pb2 as tpb
 
+pytestmark = pytest.mark.faults  # part of the hardening suite: pytest -m faults
+
 
 def _summary(cluster: str) -> tpb.ClusterSummary:
     return tpb.ClusterSummary(

@@ -23,6 +23,9 @@ from protos import global_api_pb2_grpc as api_grpc
 from protos import telemetry_pb2 as tpb
 from tests.global_scheduler.conftest import Federation, wait_for
 
+pytestmark = pytest.mark.faults  # part of the hardening suite: pytest -m faults
+
+
 GRACE_S = 10.0
 TIMEOUT_S = 15.0
 

@@ -14,6 +14,8 @@ from protos import telemetry_pb2 as tpb
 from tests.conftest import RedisServer
 from tests.global_scheduler.conftest import Federation
 
+pytestmark = pytest.mark.faults  # part of the hardening suite: pytest -m faults
+
 
 def _summary(cluster: str, sequence: int, generated_s: float) -> tpb.ClusterSummary:
     return tpb.ClusterSummary(cluster=cluster, region="eu-north", sequence=sequence, nodes_total=1,

@@ -10,6 +10,8 @@ from typer.testing import CliRunner
 from global_scheduler.settings import ApiSettings, unsafe_api_reason
 from meridian.cli import build_app
 
+pytestmark = pytest.mark.faults  # part of the hardening suite: pytest -m faults
+
 
 @pytest.mark.parametrize(("api", "refused"), [
     pytest.param({"listen": "0.0.0.0:50051"}, "authentication is off", id="no-auth-beyond-loopback"),

@@ -15,6 +15,8 @@ from global_scheduler.validation import (
 )
 from protos import global_api_pb2 as api
 
+pytestmark = pytest.mark.faults  # part of the hardening suite: pytest -m faults
+
 
 def _request(**spec: object) -> api.SubmitWorkloadRequest:
     fields: dict[str, object] = {"name": "web", "tenant": "team-a", "replicas": 1,

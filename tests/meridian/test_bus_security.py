@@ -38,6 +38,8 @@ from meridian.bus.connection import endpoint_from_url
 from meridian.bus.resp import RespSocket
 from tests.redis_helpers import AclRedis, Pki, make_pki
 
+pytestmark = pytest.mark.faults  # part of the hardening suite: pytest -m faults
+
 
 @pytest.fixture(scope="module")
 def acl_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclRedis]:

@@ -12,6 +12,8 @@ from meridian.model import GIB
 from meridian.telemetry import decode_reports, extend_cluster_state
 from protos import telemetry_pb2 as pb
 
+pytestmark = pytest.mark.faults  # part of the hardening suite: pytest -m faults
+
 
 def _report(node: str, **fields: object) -> bytes:
     values: dict[str, object] = {"allocatable_milli_cpu": 8000, "allocatable_memory_bytes": 32 * GIB,

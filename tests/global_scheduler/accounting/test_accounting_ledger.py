@@ -238,6 +238,7 @@ def test_summary_accountant_restart_mid_stream(client, redis_url, key_prefix):
     assert report.totals.carbon_kg == pytest.approx(expected_j / 3.6e6 * 1.2 * 200 / 1000, rel=1e-9)
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("bad_tenant", ["evil|tenant", "", "x" * 300, "ansi\x1b[31m", "bidi\u202e"])
 def test_one_bad_tenant_cannot_poison_a_clusters_summaries(client, redis_url, key_prefix, bad_tenant):
     """A holding whose tenant cannot key the ledger is charged to (invalid-name); every other tenant of
@@ -263,6 +264,7 @@ def test_one_bad_tenant_cannot_poison_a_clusters_summaries(client, redis_url, ke
     assert by_tenant["(invalid-name)"].energy_kwh == pytest.approx(2000.0 / 3.6e6, rel=1e-9)
 
 
+@pytest.mark.faults
 def test_energy_record_with_a_bad_share_name_is_applied_not_dead_lettered(client, redis_url, key_prefix):
     bus = open_bus(redis_url, key_prefix=key_prefix)
     ledger = RedisLedger(client, prefix=f"{key_prefix}meridian:")
