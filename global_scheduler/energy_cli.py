@@ -4,6 +4,9 @@ Offline, ``--run DIR`` reads what ``--save-run DIR`` wrote (:mod:`global_schedul
 live, ``--target HOST:PORT`` asks the global scheduler's ``GetEnergyReport``. Both give the same report
 model, rendered as a table, JSON or CSV, and optionally a PNG (power per region over time, grid
 intensity beneath, totals beside).
+
+Registering the command runs on every ``meridian`` start, so the report (numpy), the run store, gRPC
+and the plot (matplotlib) are imported when the command runs.
 """
 
 from __future__ import annotations
@@ -13,24 +16,16 @@ import os
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import grpc
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from global_scheduler.accounting.plot import plot_from_buckets, plot_report
-from global_scheduler.accounting.report import (
-    GROUP_BY_VALUES,
-    EnergyReport,
-    ReportArgumentError,
-    ReportQuery,
-    build_report,
-    render_csv,
-)
-from global_scheduler.accounting.run_store import RunFormatError, load_run
-from global_scheduler.accounting.service import fetch_report
 from meridian.cli import CliRoot
+
+if TYPE_CHECKING:
+    from global_scheduler.accounting.report import EnergyReport
 
 FORMATS = ("table", "json", "csv")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd]?)$")
@@ -118,6 +113,18 @@ def register(cli: CliRoot) -> None:
         plot: Path | None = typer.Option(None, "--plot", help="Also write a PNG here."),
     ) -> None:
         """Energy, carbon and cost per region (or cluster, tenant, workload) over a time range."""
+        import grpc
+
+        from global_scheduler.accounting.report import (
+            GROUP_BY_VALUES,
+            ReportArgumentError,
+            ReportQuery,
+            build_report,
+            render_csv,
+        )
+        from global_scheduler.accounting.run_store import RunFormatError, load_run
+        from global_scheduler.accounting.service import fetch_report
+
         if (run is None) == (target is None):
             raise typer.BadParameter("give exactly one of --run DIR or --target HOST:PORT", param_hint="--run")
         if by not in GROUP_BY_VALUES:
@@ -139,11 +146,15 @@ def register(cli: CliRoot) -> None:
                     raise typer.BadParameter(str(exc), param_hint="--run") from None
                 report = build_report(source, query)
                 if plot is not None:
+                    from global_scheduler.accounting.plot import plot_report
+
                     plot_report(source, report, plot)
             else:
                 assert target is not None
                 report = fetch_report(target, query, token=token)
                 if plot is not None:
+                    from global_scheduler.accounting.plot import plot_from_buckets
+
                     span_s = (report.until - report.since).total_seconds()
                     res_s = max(report.resolution_seconds, 1.0)
                     series = fetch_report(target, query.model_copy(update={

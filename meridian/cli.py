@@ -4,6 +4,12 @@ The core owns the root command and its groups (``bench``, ``train``, ``report``)
 packages contribute their commands through the ``meridian.cli`` entry-point group declared in
 ``pyproject.toml``. Each entry point is a ``register(cli: CliRoot) -> None`` function. This keeps
 the dependency arrow pointing one way (components → core) while still giving operators one tool.
+
+Every command builds the whole tree first, so a ``register`` and the module it lives in import only
+what the options need (typer, rich, names and defaults); heavy libraries are imported inside the
+commands that use them. ``meridian bench cli`` measures the start-up and
+tests/cli/test_cli_startup.py names any entry point that imports torch, scipy, matplotlib, numpy
+or kubernetes while registering.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from importlib.metadata import entry_points
 import typer
 
 from meridian import __version__
+from meridian.cli_bench import bench_cli
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,8 @@ def build_app() -> typer.Typer:
     def _version() -> None:
         """Print Meridian's version."""
         typer.echo(__version__)
+
+    bench.command("cli")(bench_cli)
 
     root = CliRoot(app=app, bench=bench, train=train, report=report)
     for ep in sorted(entry_points(group="meridian.cli"), key=lambda e: e.name):

@@ -20,7 +20,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import grpc
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -58,6 +57,8 @@ def _choose_bus(bus: str | None) -> tuple[str, Any]:
 
 
 def live_part(cfg: Any, bus_url: str, traces_dir: Path) -> dict[str, Any]:
+    import grpc
+
     from global_scheduler.accounting.report import ReportQuery
     from global_scheduler.accounting.service import fetch_report
     from meridian_demo import embedded

@@ -1,4 +1,8 @@
-"""``meridian agent`` (the node agent, real or simulated) and ``meridian carbon-feeder``."""
+"""``meridian agent`` (the node agent, real or simulated) and ``meridian carbon-feeder``.
+
+Registering the commands runs on every ``meridian`` start, so the agent's collectors, the bus
+(redis), the simulated fleet (numpy, kubernetes) and psutil are imported when a command runs.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +10,31 @@ import logging
 import os
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from meridian.bus import open_bus, telemetry_stream
-from meridian.carbon_feed import CarbonFeed
 from meridian.cli import CliRoot
-from meridian.fleet import SimulatedFleet
-from node_agent.agent import NodeAgent, NodeReporter, Reporter, SimulatedReporter
-from node_agent.collectors.carbon import CarbonCollector, CarbonFeeder
-from node_agent.collectors.kube import KubeNodeCollector, local_node_info
-from node_agent.collectors.power import PowerCollector
-from node_agent.collectors.usage import CgroupUsage, ProcUsage
-from node_agent.health import HealthServer
-from node_agent.publisher import ReportPublisher
-from node_agent.settings import AgentSettings
+
+if TYPE_CHECKING:
+    from node_agent.agent import NodeAgent
+    from node_agent.settings import AgentSettings
 
 log = logging.getLogger(__name__)
 
 
 def build_agent(settings: AgentSettings) -> NodeAgent:
     """Wire collectors, reporter and publisher from settings (no threads started)."""
+    from meridian.bus import open_bus, telemetry_stream
+    from meridian.carbon_feed import CarbonFeed
+    from meridian.fleet import SimulatedFleet
+    from node_agent.agent import NodeAgent, NodeReporter, Reporter, SimulatedReporter
+    from node_agent.collectors.carbon import CarbonCollector
+    from node_agent.collectors.kube import KubeNodeCollector, local_node_info
+    from node_agent.collectors.power import PowerCollector
+    from node_agent.collectors.usage import CgroupUsage, ProcUsage
+    from node_agent.publisher import ReportPublisher
+
     bus = open_bus(settings.bus_url, key_prefix=settings.key_prefix)
     carbon = CarbonCollector(source=settings.carbon.source, static_g_per_kwh=settings.carbon.g_per_kwh,
                              bus=bus, zone=settings.carbon.zone)
@@ -75,6 +83,10 @@ def agent(
     ticks: int = typer.Option(0, help="Stop after this many reports (0 = run until Ctrl-C)."),
 ) -> None:
     """Run the node agent: report this node (or a simulated fleet) to the cluster's telemetry stream."""
+    from meridian.bus import telemetry_stream
+    from node_agent.health import HealthServer
+    from node_agent.settings import AgentSettings
+
     settings = AgentSettings()
     updates: dict[str, object] = {k: v for k, v in {"cluster": cluster, "region": region, "bus_url": bus_url,
                                                      "health_port": health_port, "health_address": health_address}.items()
@@ -117,6 +129,10 @@ def carbon_feeder(
     offset_s: float = typer.Option(0.0, "--offset-s", help="Replay offset into the series (s)."),
 ) -> None:
     """Keep meridian:carbon:<zone> current from a carbon series (agents read it with carbon source 'redis')."""
+    from meridian.bus import open_bus
+    from meridian.carbon_feed import CarbonFeed
+    from node_agent.collectors.carbon import CarbonFeeder
+
     feeder = CarbonFeeder(open_bus(bus_url), CarbonFeed.from_file(file, offset_s=offset_s), zone, interval_s)
     stop = threading.Event()
     try:

@@ -1,9 +1,15 @@
-"""The regional scheduler's CLI commands (``meridian bench placement``, …)."""
+"""The regional scheduler's CLI commands (``meridian bench placement``, ``bench kubernetes``, …).
+
+Registering them runs on every ``meridian`` start, so this module imports only typer, rich and the
+policy registry's names; each command imports its benchmark (numpy, scipy, kubernetes, torch) when
+it runs (tests/cli/test_cli_startup.py holds that).
+"""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -11,7 +17,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from meridian.cli import CliRoot
-from regional_scheduler import bench_placement as bp
 from regional_scheduler.policies.registry import BASELINES, REGISTRY, UnknownPolicyError
 
 console = Console(width=None if Console().is_terminal else 160)
@@ -36,6 +41,8 @@ def bench_placement(
                                 "live scheduler: FGD learns it from the pods it places"),
 ) -> None:
     """Place the same workload with every policy and compare GPU allocation, fragmentation and speed."""
+    from regional_scheduler import bench_placement as bp
+
     names = [p.strip() for p in policies.split(",") if p.strip()]
     for name in names:
         if name not in REGISTRY:
@@ -95,8 +102,81 @@ def bench_placement(
         console.print(f"wrote {json_out}")
 
 
+class _RichProgress:
+    """``bench_kubernetes.ProgressSink`` on a rich progress bar."""
+
+    def __init__(self, progress: Any) -> None:
+        self.progress = progress
+
+    def begin(self, description: str, total: int) -> Any:
+        return self.progress.add_task(description, total=total)
+
+    def update(self, task: Any, completed: int, description: str | None = None) -> None:
+        if description is None:
+            self.progress.update(task, completed=completed)
+        else:
+            self.progress.update(task, completed=completed, description=description)
+
+    def end(self, task: Any) -> None:
+        self.progress.stop_task(task)
+
+
+def bench_kubernetes_command(
+    nodes: int | None = typer.Option(None, "--nodes", min=1, help="Nodes (default per mix: synthetic 1000, "
+                                     "seed-50x200 50, openb all 1,213)"),
+    pods: int | None = typer.Option(None, "--pods", min=1, help="backlog pods (default per mix: synthetic 5000, "
+                                    "seed-50x200 200, openb the default list's 8,152)"),
+    mix: str = typer.Option("synthetic", help="synthetic | seed-50x200 | openb"),
+    seed: int = typer.Option(0, min=0, help="seed of the generated pod shapes (synthetic, seed-50x200)"),
+    qps: float = typer.Option(50.0, help="client QPS of every scheduler (kube-scheduler's default 50)"),
+    burst: int = typer.Option(100, min=1, help="client burst of every scheduler (kube-scheduler's default 100)"),
+    # bench_kubernetes.KUBE_SCHEDULER first, as a literal: that module imports kubernetes and numpy.
+    schedulers: str = typer.Option("kube-scheduler,meridian-fgd", help="comma-separated, run in turn: "
+                                   "kube-scheduler, meridian-<policy> (meridian-fgd, meridian-learned, …)"),
+    json_out: Path | None = typer.Option(None, "--json", help="write the results here"),
+    timeout: float = typer.Option(1800.0, "--timeout", help="seconds a scheduler may take over its backlog"),
+    idle: float = typer.Option(15.0, "--idle", help="seconds without a new binding that end a scheduler's run"),
+) -> None:
+    """Bind the same backlog with kube-scheduler and Meridian in turn on a real API server; compare
+    throughput, latency, CPU and the feasibility of every binding."""
+    from rich.markup import escape
+
+    from regional_scheduler import bench_kubernetes as bk
+
+    console = Console(width=None if Console().is_terminal else 180)
+    if mix not in bk.MIXES:
+        raise typer.BadParameter(f"unknown mix {mix!r}; choose {', '.join(bk.MIXES)}", param_hint="--mix")
+    try:
+        names = bk.parse_schedulers(schedulers)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--schedulers") from None
+    settings = bk.BenchKubernetesSettings(mix=mix, nodes=nodes, pods=pods, seed=seed, qps=qps, burst=burst,
+                                          schedulers=names, timeout_s=timeout, idle_s=idle)
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console) as bar:
+            report = bk.run_benchmark(settings, progress=_RichProgress(bar))
+    except bk.BenchError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)  # log tails hold brackets
+        raise typer.Exit(2) from None
+    console.print(bk.render_table(report))
+    for name, r in report.schedulers.items():
+        if r.unschedulable_reasons:
+            reasons = ", ".join(f"{k} ×{v}" for k, v in r.unschedulable_reasons.items())
+            console.print(f"{name} unschedulable ({r.failed_scheduling_reports} FailedScheduling reports): {reasons}",
+                          highlight=False)
+        if r.foreign_cpu_s > 0.1 * max(r.wall_s, 1.0):
+            console.print(f"{name}: other processes used {r.foreign_cpu_s:.0f} CPU s during its {r.wall_s:.0f} s run "
+                          "(the machine was shared: its figures are noisy)", highlight=False)
+        if r.infeasible_reasons:
+            console.print(f"{name} infeasible bindings: "
+                          + ", ".join(f"{k} ×{v}" for k, v in r.infeasible_reasons.items()), highlight=False)
+    if json_out is not None:
+        bk.write_json(json_out, report)
+        console.print(f"wrote {json_out}")
+
+
 def register(cli: CliRoot) -> None:
-    from regional_scheduler.bench_kubernetes import bench_kubernetes_command
     from regional_scheduler.kube_cli import regional_scheduler_command
     from regional_scheduler.learned.commands import explain_command, train_placement
 

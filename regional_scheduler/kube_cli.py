@@ -9,8 +9,6 @@ from pathlib import Path
 
 import typer
 
-from meridian import observability as obs
-
 
 def regional_scheduler_command(
     kubeconfig: Path | None = typer.Option(None, "--kubeconfig", help="kubeconfig file (default: in-cluster config "
@@ -46,6 +44,7 @@ def regional_scheduler_command(
     """Schedule the cluster's pods that set schedulerName: meridian (and/or serve the extender)."""
     from kubernetes.config.config_exception import ConfigException
 
+    from meridian import observability as obs
     from regional_scheduler.extender import ExtenderServer, parse_listen
     from regional_scheduler.kube_scheduler import KubernetesScheduler, KubeSchedulerSettings, api_client_from
     from regional_scheduler.policies.registry import REGISTRY

@@ -13,6 +13,10 @@ The benchmark measures, in one run on loopback:
    per 2 s (the 100,000-node fleet's offered load is then 50,000/s);
 3. **consumer memory**: RSS of this process sampled through the run (``--duration-s 300`` for the
    five-minute flatness check).
+
+Registering the commands runs on every ``meridian`` start, so redis, psutil, the bus and the
+simulated fleet (numpy, kubernetes) are imported by the functions that use them; ``_producer`` runs
+in a spawned process and imports what it needs itself.
 """
 
 from __future__ import annotations
@@ -25,19 +29,18 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-import psutil
-import redis
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from meridian.bus import BusUnavailableError, RedisStreamBus, telemetry_stream
 from meridian.cli import CliRoot
-from meridian.fleet import SimulatedFleet
-from regional_scheduler.summary_publisher import RegionalTelemetry, SummarySettings
-from regional_scheduler.telemetry_state import TelemetryConsumer, TelemetryConsumerSettings, TelemetryState
+
+if TYPE_CHECKING:
+    from meridian.bus import RedisStreamBus
+    from meridian.fleet import SimulatedFleet
 
 console = Console(width=None if Console().is_terminal else 160)
 DEFAULT_NODE_LIST = Path(__file__).resolve().parents[2] / "shared" / "traces" / "alibaba-gpu-v2023" / \
@@ -49,6 +52,9 @@ def _producer(index: int, n_producers: int, nodes: int, url: str, key_prefix: st
               interval_s: float, chunk: int, maxlen: int, ready: mp.Queue, start: mp.Event, stop: mp.Event,
               published: mp.Value, producer_cpu_s: mp.Value) -> None:  # type: ignore[type-arg]
     """One simulated-agent process: a slice of the fleet, publishing until ``stop``."""
+    from meridian.bus import BusUnavailableError, RedisStreamBus, telemetry_stream
+    from meridian.fleet import SimulatedFleet
+
     share = nodes // n_producers + (nodes % n_producers if index == n_producers - 1 else 0)
     fleet = SimulatedFleet(cluster=BENCH_CLUSTER, region="bench", n_nodes=share, seed=index,
                            first_index=index * (nodes // n_producers), node_list=node_list)
@@ -95,6 +101,8 @@ def _raw_xadd_python(bus: RedisStreamBus, payloads: list[bytes], seconds: float,
 
 
 def _raw_xadd_redis_benchmark(url: str, key_prefix: str, payload_bytes: int, requests: int) -> float | None:
+    from meridian.bus import RedisStreamBus
+
     binary = shutil.which("redis-benchmark")
     parsed = urlparse(url)
     if binary is None or parsed.scheme != "redis":
@@ -116,6 +124,13 @@ def _raw_xadd_redis_benchmark(url: str, key_prefix: str, payload_bytes: int, req
 
 def _consumer_drain(bus: RedisStreamBus, fleet: SimulatedFleet, reports: int, batch: int) -> float:
     """The consumer alone: reports/s it applies from a pre-filled stream (no producer competing)."""
+    from meridian.bus import telemetry_stream
+    from regional_scheduler.telemetry_state import (
+        TelemetryConsumer,
+        TelemetryConsumerSettings,
+        TelemetryState,
+    )
+
     stream = telemetry_stream(BENCH_CLUSTER)
     bus.delete(stream)
     settings = TelemetryConsumerSettings(cluster=BENCH_CLUSTER, group="drain", consumer="drain-0", batch_count=batch,
@@ -156,6 +171,17 @@ def bench_telemetry(
     json_out: Path | None = typer.Option(None, "--json", help="Write results as JSON to this file."),
 ) -> None:
     """End-to-end node reports/s through Redis into regional state, beside raw XADD throughput."""
+    import psutil
+    import redis
+
+    from meridian.bus import RedisStreamBus, telemetry_stream
+    from meridian.fleet import SimulatedFleet
+    from regional_scheduler.telemetry_state import (
+        TelemetryConsumer,
+        TelemetryConsumerSettings,
+        TelemetryState,
+    )
+
     node_list = node_list or (DEFAULT_NODE_LIST if DEFAULT_NODE_LIST.is_file() else None)
     key_prefix = f"bench-{os.getpid()}:"
     bus = RedisStreamBus(redis_url, key_prefix=key_prefix)
@@ -310,7 +336,10 @@ def regional_telemetry(
     metrics_port: int | None = typer.Option(None, "--metrics-port", help="Serve /metrics here (default: settings)."),
 ) -> None:
     """Consume a cluster's telemetry into regional state and publish cluster summaries until Ctrl-C."""
+    from meridian.bus import telemetry_stream
     from meridian.observability import MetricsSettings, start_metrics_server
+    from regional_scheduler.summary_publisher import RegionalTelemetry, SummarySettings
+    from regional_scheduler.telemetry_state import TelemetryConsumerSettings
 
     overrides = {k: v for k, v in {"cluster": cluster, "bus_url": bus_url}.items() if v is not None}
     settings = TelemetryConsumerSettings(**overrides)

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from meridian.model import Node, Pod
+from regional_scheduler.learned.defaults import TRAINING_LISTS as TRAINING_LISTS
 
 
 def model_capacity(nodes: Sequence[Node]) -> dict[str, tuple[int, int]]:
@@ -135,10 +136,6 @@ def spec_like_pod_list(pods: Sequence[Pod], nodes: Sequence[Node], seed: int, sh
             out[i] = pod.model_copy(update={"allowed_gpu_models": sets[rng.choice(len(sets), p=weight / weight.sum())]})
     return out
 
-
-# The openb pod lists the `gpu` profile trains on (the checkpoints README's split); the other nine are held out.
-TRAINING_LISTS = ("cpu0", "cpu037", "cpu050", "cpu072", "cpu100", "cpu200", "cpu235", "cpu250", "cpu300",
-                  "gpushare20", "gpushare40", "gpushare80", "gpushare100")
 
 # Pods per class in openb_pod_list_default.csv (8,152 pods), counted from its request columns.
 DEFAULT_MIX = {"cpu_only": 1088, "gpu_share": 3078, "gpu_one": 3911, "gpu_multi": 75}

@@ -1,5 +1,9 @@
 """The learned policy's CLI commands: ``meridian train placement`` and ``meridian explain``
-(registered by :func:`regional_scheduler.cli.register`)."""
+(registered by :func:`regional_scheduler.cli.register`).
+
+Registering them runs on every ``meridian`` start: this module imports only typer, rich and
+:mod:`.defaults` at the top; torch, numpy and the traces are imported by the commands that use them.
+"""
 
 from __future__ import annotations
 
@@ -14,14 +18,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from meridian.traces import openb
-from regional_scheduler.learned.augment import TRAINING_LISTS
-from regional_scheduler.learned.reward import RewardConfig
-from regional_scheduler.learned.serving import DEFAULT_CHECKPOINT
+from regional_scheduler.learned.defaults import DEFAULT_CHECKPOINT, TRAINING_LISTS
 
 if TYPE_CHECKING:
     from regional_scheduler.learned.algorithm import MeanFragmentationCap
     from regional_scheduler.learned.policy import PlacementNet
+    from regional_scheduler.learned.reward import RewardConfig
 
 console = Console(width=None if Console().is_terminal else 160)
 
@@ -44,6 +46,8 @@ def _pod_list_path(name: str) -> Path:
     path = Path(name)
     if path.suffix == ".csv":
         return path
+    from meridian.traces import openb
+
     return openb.openb_dir() / f"openb_pod_list_{name}.csv"
 
 
@@ -61,7 +65,7 @@ def cpu_reward_config(unplaced_penalty: float, gini_weight: float, gini_cap: flo
                       gini_over_cap: float) -> RewardConfig:
     """The CPU profile's training reward: ``CPU_REWARD`` with the ``--cpu-*`` options (Gini in points,
     0–100, as the benchmark prints it; the reward's fragmentation is that score / 100)."""
-    from regional_scheduler.learned.reward import CPU_REWARD
+    from regional_scheduler.learned.reward import CPU_REWARD, RewardConfig
 
     update: dict[str, float] = {"unplaced_penalty": unplaced_penalty, "terminal_fragmentation": gini_weight}
     if gini_cap is not None:
@@ -187,6 +191,7 @@ def train_placement(
                                         "cheap correction), 'all' (head and MLP scale) or a comma-separated list"),
 ) -> None:
     """Imitate the best heuristic, improve it with evolution-strategies policy search, write a checkpoint."""
+    from meridian.traces import openb
     from regional_scheduler.learned import algorithm
     from regional_scheduler.learned.policy import save_checkpoint
     from regional_scheduler.learned.reward import GPU_REWARD
@@ -298,6 +303,7 @@ def explain_command(
     """Show, for one placement, the top nodes with their scores and the features that drove them."""
     from meridian.cluster_state import ClusterState
     from meridian.simulator import seed_cluster, seed_pods
+    from meridian.traces import openb
     from regional_scheduler.framework import Scheduler
     from regional_scheduler.learned.explain import explain
     from regional_scheduler.learned.policy import CheckpointError, load_checkpoint

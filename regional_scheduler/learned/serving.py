@@ -48,6 +48,7 @@ from pydantic import BaseModel, Field
 from meridian.cluster_state import ClusterState
 from meridian.model import Pod
 from regional_scheduler.framework import select_best
+from regional_scheduler.learned.defaults import DEFAULT_CHECKPOINT
 from regional_scheduler.learned.features import FeatureBuilder
 from regional_scheduler.learned.policy import (
     CheckpointError,
@@ -60,7 +61,6 @@ from regional_scheduler.policies.base import ScorePolicy, Scores
 from regional_scheduler.policies.fgd import FgdPolicy
 
 NAME = "learned"
-DEFAULT_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "placement.pt"
 
 log = logging.getLogger(__name__)
 

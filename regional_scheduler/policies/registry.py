@@ -1,44 +1,51 @@
 """Name → constructor for every placement policy (kube-scheduler's ``registry.go``).
 
 No registration by import side effect: this table is the whole list, and the CLI's
-``--policies`` reads it. ``learned`` is constructed by the regional scheduler's serving code
-(it needs a checkpoint) and is added here lazily so the baselines never import torch.
+``--policies`` reads it. Each entry names the policy's module and constructor and imports the
+module on the first construction, so reading the names (``meridian --help``, option validation)
+costs no numpy, no cluster state and no torch. ``learned`` is constructed by the regional
+scheduler's serving code (it needs a checkpoint and torch).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from regional_scheduler.policies import (
-    best_fit,
-    dot_product,
-    fgd,
-    gpu_clustering,
-    gpu_packing,
-    random_fit,
-    resource_allocation,
-)
-from regional_scheduler.policies.base import ScorePolicy
+if TYPE_CHECKING:
+    from regional_scheduler.policies.base import ScorePolicy
 
 
-def _learned() -> ScorePolicy:
-    from regional_scheduler.learned.serving import new_learned_policy
+@dataclass(frozen=True)
+class LazyConstructor:
+    """A policy constructor imported when it is first called: ``module.attribute()``."""
 
-    return new_learned_policy()
+    module: str
+    attribute: str
+
+    def __call__(self) -> ScorePolicy:
+        return getattr(importlib.import_module(self.module), self.attribute)()
 
 
+def _policy(module: str, attribute: str = "new") -> LazyConstructor:
+    return LazyConstructor(f"regional_scheduler.policies.{module}", attribute)
+
+
+# Keys are the modules' ``NAME`` (tests/regional_scheduler/policies/test_registry.py checks them).
 REGISTRY: dict[str, Callable[[], ScorePolicy]] = {
-    random_fit.NAME: random_fit.new,
-    "least-allocated": resource_allocation.least,
-    "most-allocated": resource_allocation.most,
-    "balanced": resource_allocation.balanced,
-    "requested-to-capacity": resource_allocation.rtcr,
-    best_fit.NAME: best_fit.new,
-    dot_product.NAME: dot_product.new,
-    gpu_packing.NAME: gpu_packing.new,
-    gpu_clustering.NAME: gpu_clustering.new,
-    fgd.NAME: fgd.new,
-    "learned": _learned,
+    "random": _policy("random_fit"),
+    "least-allocated": _policy("resource_allocation", "least"),
+    "most-allocated": _policy("resource_allocation", "most"),
+    "balanced": _policy("resource_allocation", "balanced"),
+    "requested-to-capacity": _policy("resource_allocation", "rtcr"),
+    "best-fit": _policy("best_fit"),
+    "dot-product": _policy("dot_product"),
+    "gpu-packing": _policy("gpu_packing"),
+    "gpu-clustering": _policy("gpu_clustering"),
+    "fgd": _policy("fgd"),
+    "learned": LazyConstructor("regional_scheduler.learned.serving", "new_learned_policy"),
 }
 
 BASELINES: tuple[str, ...] = tuple(name for name in REGISTRY if name != "learned")
