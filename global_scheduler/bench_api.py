@@ -89,7 +89,7 @@ def _server_main(redis_url: str, prefix: str, policy: str, port_q: mp.Queue, sto
                                             "gil_switch_interval_ms": gil_switch_interval_ms, **(api_extra or {})},
                                        bus={"url": redis_url, "key_prefix": prefix},
                                        routing={"policy": policy, "worker_process": routing_process},
-                                       registry={"cluster_timeout_s": 3600.0})
+                                       registry={"cluster_timeout_s": 3600.0, "forget_after_s": 7200.0})
     engine = GlobalScheduler(settings=settings, bus=open_bus(redis_url, key_prefix=prefix))
     running = build_server(engine)
     port_q.put(running.port)
@@ -204,10 +204,21 @@ def publish_clusters(redis_url: str, prefix: str, clusters: int) -> None:
     bus.close()
 
 
+def remove_run_keys(redis_url: str, prefix: str) -> None:
+    """Every key the run left under its private prefix (streams, events, workload store), and no other."""
+    from meridian.bus import redis_client
+    from meridian.bus.cleanup import delete_key_prefix
+
+    client = redis_client(redis_url)
+    try:
+        delete_key_prefix(client, prefix)
+    finally:
+        client.close()
+
+
 def run_api_bench(*, redis_url: str, rate: float = 1200.0, duration_s: float = 10.0, clients: int = 2,
                   clusters: int = 10, policy: str = "gnn",
                   gil_switch_interval_ms: float | None = 0.5, routing_process: bool = True) -> ApiBenchResult:
-    from global_scheduler.store import WORKLOADS_KEY
     from meridian.bus import dispatch_stream, open_bus
     from protos import dispatch_pb2 as dpb
 
@@ -257,10 +268,8 @@ def run_api_bench(*, redis_url: str, rate: float = 1200.0, duration_s: float = 1
                 seen[msg.place.workload_id] += 1
                 entries += 1
     accepted = set(ids)
-    for i in range(clusters):
-        bus.delete(dispatch_stream(f"bench-{i}"))
-    bus.delete("meridian:summary", WORKLOADS_KEY)
     bus.close()
+    remove_run_keys(redis_url, prefix)
     lat = latencies if latencies.size else np.zeros(1)
     res = ApiBenchResult(
         offered_per_s=rate, accepted=len(accepted), errors=errors, duration_s=elapsed,
@@ -271,6 +280,7 @@ def run_api_bench(*, redis_url: str, rate: float = 1200.0, duration_s: float = 1
         policy=policy, clients=clients, clusters=clusters, routing_process=routing_process)
     res.__dict__.update({"server_" + k: v for k, v in stats.items()})
     res.__dict__["cpu_count"] = os.cpu_count()
+    res.__dict__["redis_key_prefix"] = prefix  # removed: nothing is left under it
     res.__dict__["latency_ms_p99_per_second"] = per_second_p99
     codes: Counter[str] = Counter()
     for r in results:
@@ -506,7 +516,6 @@ def run_hostile_api_bench(*, redis_url: str, rate: float = 1000.0, duration_s: f
     import grpc
 
     from global_scheduler.settings import ApiSettings
-    from global_scheduler.store import WORKLOADS_KEY
     from meridian.bus import dispatch_stream, open_bus
     from protos import dispatch_pb2 as dpb
     from protos import global_api_pb2 as api
@@ -565,9 +574,8 @@ def run_hostile_api_bench(*, redis_url: str, rate: float = 1000.0, duration_s: f
             msg = dpb.DispatchMessage.FromString(entry.payload)
             if msg.WhichOneof("action") == "place":
                 seen[msg.place.workload_id] += 1
-        bus.delete(dispatch_stream(f"bench-{i}"))
-    bus.delete("meridian:summary", WORKLOADS_KEY)
     bus.close()
+    remove_run_keys(redis_url, prefix)
     accepted = {*clean.pop("ids"), *attacked.pop("ids"), watched}
     ratio = attacked["throughput_per_s"] / clean["throughput_per_s"] if clean["throughput_per_s"] else 0.0
     return {

@@ -12,7 +12,6 @@ import logging
 import math
 import signal
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +38,13 @@ TRACES_OPT = typer.Option(None, "--traces", help="Shared traces folder.")
 
 
 def _traces_default() -> Path:
-    from meridian.traces import default_traces_dir
+    """``$MERIDIAN_TRACES``, else ``../shared/traces`` beside the project (meridian.traces.locate_traces)."""
+    from meridian.traces import TracesNotFoundError, locate_traces
 
-    return default_traces_dir()
+    try:
+        return locate_traces().path
+    except TracesNotFoundError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--traces") from None
 
 
 def _window(*, start: str, days: int, clusters: int, seed: int, traces: Path | None, carbon: Path | None,
@@ -78,38 +81,60 @@ def _rpc_error(exc: Exception) -> None:
     if isinstance(exc, grpc.RpcError):
         from global_scheduler.errors import error_details
 
-        console.print(f"[red]{error_details(exc).describe()}[/red]")
+        typer.echo(f"error: {error_details(exc).describe()}", err=True)  # one line, as meridian.errors
         raise typer.Exit(2) from None
     raise exc
 
 
-def _row(w: Any) -> list[str]:
-    from global_scheduler.client import state_name
-
-    return [w.id, w.spec.name, w.spec.tenant, state_name(w.state), w.cluster or "-", w.region or "-", str(w.attempt),
-            w.message]
+OUTPUT_OPT = typer.Option("table", "--output", "-o", help="table | wide | json | yaml | name")
+REF_HELP = "The workload's ID, a unique prefix of it, or its name."
+WORKLOAD_TENANT_OPT = typer.Option("", "--tenant", help="Look the name or ID prefix up in this tenant only.")
 
 
-def _workload_table(items: list[Any]) -> Table:
-    table = Table("id", "name", "tenant", "state", "cluster", "region", "attempt", "message")
-    for w in items:
-        table.add_row(*_row(w))
-    return table
+def _output_format(output: str) -> str:
+    """The ``-o`` value, or a one-line error and exit 2, before anything is asked of the server."""
+    from global_scheduler.cli_output import OutputFormatError, check_output_format
+
+    try:
+        return check_output_format(output)
+    except OutputFormatError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
-def _as_json(w: Any) -> dict[str, Any]:
-    from google.protobuf.json_format import MessageToDict
+def _terminal_width() -> int | None:
+    """The terminal's width, to which a table's MESSAGE is cut; None in a pipe (nothing is cut)."""
+    return console.width if console.is_terminal else None
 
-    return MessageToDict(w, preserving_proto_field_name=True)
+
+def _print_workloads(items: list[Any], output: str, *, as_list: bool = False, hide: tuple[str, ...] = ()) -> None:
+    """The workloads in an ``-o`` format (global_scheduler/cli_output.py): one message, or a list for ``ls``;
+    ``hide`` names table columns a filter makes redundant."""
+    from global_scheduler.cli_output import render_workloads
+
+    output = _output_format(output)
+    if not items and output in ("table", "wide"):
+        typer.echo("No workloads found.", err=True)
+        return
+    text = render_workloads(items, output, as_list=as_list, width=_terminal_width(), hide=hide)
+    if text:
+        typer.echo(text)
 
 
-def _print_workloads(items: list[Any], output: str, *, as_list: bool = False) -> None:
-    """``-o json`` prints the message (or a list of them), otherwise a table."""
-    if output == "json":
-        payload: Any = [_as_json(w) for w in items] if as_list else _as_json(items[0])
-        typer.echo(json.dumps(payload, indent=2))
-    else:
-        console.print(_workload_table(items))
+def _resolve(client: Any, ref: str, tenant: str) -> Any:
+    """The workload an ID, a unique ID prefix or a name refers to; an ambiguous one is an error (exit 2)
+    that lists the candidates."""
+    from global_scheduler.client import AmbiguousWorkloadError, state_name
+
+    try:
+        return client.resolve(ref, tenant=tenant)
+    except AmbiguousWorkloadError as exc:
+        typer.echo(f"error: {exc}:", err=True)
+        for w in exc.candidates:
+            typer.echo(f"  {w.id}  {w.spec.name}  {w.spec.tenant}  {state_name(w.state)}", err=True)
+        raise typer.Exit(2) from None
+    except Exception as exc:
+        _rpc_error(exc)
 
 
 def register(cli: CliRoot) -> None:
@@ -121,13 +146,14 @@ def register(cli: CliRoot) -> None:
                idempotency_key: str = typer.Option("", "--idempotency-key", help="Overrides the file's key."),
                output: str = typer.Option("table", "--output", "-o", help="table | json"),
                api: str | None = API_OPT, token: str | None = TOKEN_OPT, ca: Path | None = CA_OPT) -> None:
-        """Submit a workload described in FILE.yaml."""
-        from global_scheduler.client import WorkloadFileError, load_workload_file
+        """Submit a workload described in FILE.yaml (checked here as the API checks it: one line per problem)."""
+        from global_scheduler.workload_file import WorkloadFileError, load_workload_file
 
         try:
             spec, key = load_workload_file(file)
         except WorkloadFileError as exc:
-            console.print(f"[red]invalid workload file[/red]: {exc}")
+            for problem in exc.problems:
+                typer.echo(problem, err=True)
             raise typer.Exit(2) from None
         with _client(api, token, ca) as client:
             try:
@@ -137,15 +163,13 @@ def register(cli: CliRoot) -> None:
         _print_workloads([w], output)
 
     @app.command("get")
-    def get(workload_id: str = typer.Argument(..., metavar="ID"),
-            output: str = typer.Option("table", "--output", "-o", help="table | json"),
+    def get(workload_ref: str = typer.Argument(..., metavar="ID|NAME", help=REF_HELP),
+            tenant: str = WORKLOAD_TENANT_OPT, output: str = OUTPUT_OPT,
             api: str | None = API_OPT, token: str | None = TOKEN_OPT, ca: Path | None = CA_OPT) -> None:
         """Show one workload."""
+        output = _output_format(output)
         with _client(api, token, ca) as client:
-            try:
-                w = client.get(workload_id)
-            except Exception as exc:
-                _rpc_error(exc)
+            w = _resolve(client, workload_ref, tenant)
         _print_workloads([w], output)
 
     @app.command("ls")
@@ -153,11 +177,12 @@ def register(cli: CliRoot) -> None:
            state: str = typer.Option("", help="Only this state (pending, dispatched, scheduled, running, failed, cancelled)."),
            cluster: str = typer.Option("", help="Only this cluster."),
            limit: int = typer.Option(100, min=0, help="At most this many rows (0 = every page)."),
-           output: str = typer.Option("table", "--output", "-o", help="table | json"),
+           output: str = OUTPUT_OPT,
            api: str | None = API_OPT, token: str | None = TOKEN_OPT, ca: Path | None = CA_OPT) -> None:
         """List workloads (following page tokens, up to --limit)."""
         from protos import global_api_pb2 as pb
 
+        output = _output_format(output)
         state_value = 0
         if state:
             try:
@@ -174,72 +199,102 @@ def register(cli: CliRoot) -> None:
                         break
             except Exception as exc:
                 _rpc_error(exc)
-        _print_workloads(items, output, as_list=True)
+        _print_workloads(items, output, as_list=True, hide=("TENANT",) if tenant else ())
 
     @app.command("watch")
-    def watch(workload_id: str = typer.Argument(..., metavar="ID"),
+    def watch(workload_ref: str = typer.Argument(..., metavar="ID|NAME", help=REF_HELP),
+              until: str = typer.Option("", "--until", metavar="STATE",
+                                        help="Stop (exit 0) at this state: pending, dispatched, scheduled, running "
+                                             "(or a later one of these), failed, cancelled. Default: any end. Another "
+                                             "end, or the deadline, exits 1."),
               deadline_s: float = typer.Option(0.0, "--deadline", "--timeout", min=0.0,
-                                               help="Stop after this many seconds in all, reconnections included "
-                                                    "(0 = until a terminal state)."),
+                                               help="Give up after this many seconds in all, reconnections included, "
+                                                    "with a message and exit 1 (0 = no limit)."),
               reconnect: bool = typer.Option(True, "--reconnect/--no-reconnect",
                                              help="Open the watch again, with back-off, when the connection breaks "
                                                   "(server restart) before a terminal state."),
+              tenant: str = WORKLOAD_TENANT_OPT, output: str = OUTPUT_OPT,
               api: str | None = API_OPT, token: str | None = TOKEN_OPT, ca: Path | None = CA_OPT) -> None:
-        """Stream a workload's state changes until it is Failed or Cancelled (Ctrl-C to stop)."""
+        """Print a line each time a workload changes, until it reaches --until's state or ends (Ctrl-C to stop)."""
         import grpc
 
-        from global_scheduler.client import state_name
+        from global_scheduler.cli_output import watch_key, watch_line
+        from global_scheduler.client import TERMINAL_STATES, parse_state, state_name, state_reached
 
+        output = _output_format(output)
+        try:
+            goal = parse_state(until) if until else None
+        except ValueError as exc:
+            typer.echo(f"error: --until: {exc}", err=True)
+            raise typer.Exit(2) from None
         err_console = Console(stderr=True)
 
         def reconnecting(why: str, delay_s: float) -> None:
             err_console.print(f"[yellow]watch interrupted ({why[:200]}); reconnecting in {delay_s:.1f} s[/yellow]")
 
+        last, shown = None, None
         with _client(api, token, ca) as client:
-            updates = (client.follow(workload_id, deadline_s=deadline_s or None, on_reconnect=reconnecting)
-                       if reconnect else client.watch(workload_id, timeout_s=deadline_s or None))
+            wid = _resolve(client, workload_ref, tenant).id
+            updates = (client.follow(wid, deadline_s=deadline_s or None, on_reconnect=reconnecting)
+                       if reconnect else client.watch(wid, timeout_s=deadline_s or None))
             try:
                 for w in updates:
-                    stamp = time.strftime("%H:%M:%S", time.gmtime(w.updated_unix_s))
-                    console.print(f"{stamp}  {state_name(w.state):<10} {w.cluster or '-':<16} {w.message}")
+                    last = w
+                    if watch_key(w) != shown:  # a snapshot that changes nothing shown prints nothing
+                        shown = watch_key(w)
+                        typer.echo(watch_line(w, output))
+                    if state_reached(w.state, goal):
+                        return
+                    if w.state in TERMINAL_STATES:
+                        break
             except KeyboardInterrupt:
-                pass
+                raise typer.Exit(130) from None
             except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                    return
-                _rpc_error(client.explain(exc))
+                if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                    _rpc_error(client.explain(exc))
+        wanted = "end" if goal is None else f"be {state_name(goal)}"
+        now = f"; it is {state_name(last.state)}" if last is not None else ""
+        if last is not None and last.state in TERMINAL_STATES:
+            why = f"workload {wid} is {state_name(last.state)} ({last.message}): it will not {wanted}"
+        elif deadline_s:
+            why = f"timed out after {deadline_s:g} s waiting for workload {wid} to {wanted}{now}"
+        else:
+            why = f"the watch of workload {wid} ended before it came to {wanted}{now}"
+        typer.echo(f"error: {why}", err=True)
+        raise typer.Exit(1)
 
     @app.command("cancel")
-    def cancel(workload_id: str = typer.Argument(..., metavar="ID"),
-               output: str = typer.Option("table", "--output", "-o", help="table | json"),
+    def cancel(workload_ref: str = typer.Argument(..., metavar="ID|NAME", help=REF_HELP),
+               tenant: str = WORKLOAD_TENANT_OPT, output: str = OUTPUT_OPT,
                api: str | None = API_OPT, token: str | None = TOKEN_OPT, ca: Path | None = CA_OPT) -> None:
         """Cancel a workload (its cluster releases it)."""
+        output = _output_format(output)
         with _client(api, token, ca) as client:
+            wid = _resolve(client, workload_ref, tenant).id
             try:
-                w = client.cancel(workload_id)
+                w = client.cancel(wid)
             except Exception as exc:
                 _rpc_error(exc)
         _print_workloads([w], output)
 
     @app.command("clusters")
-    def clusters(output: str = typer.Option("table", "--output", "-o", help="table | json"),
+    def clusters(output: str = OUTPUT_OPT,
                  api: str | None = API_OPT, token: str | None = TOKEN_OPT, ca: Path | None = CA_OPT) -> None:
         """The clusters the global scheduler knows, with free capacity and grid intensity."""
+        from global_scheduler.cli_output import render_clusters
+
+        output = _output_format(output)
         with _client(api, token, ca) as client:
             try:
                 items = client.clusters()
             except Exception as exc:
                 _rpc_error(exc)
-        if output == "json":
-            typer.echo(json.dumps([_as_json(c) for c in items], indent=2))
+        if not items and output in ("table", "wide"):
+            typer.echo("No clusters have reported.", err=True)
             return
-        table = Table("cluster", "region", "ready", "nodes", "free CPU", "free memory", "free GPUs", "gCO2/kWh")
-        for c in items:
-            table.add_row(c.name, c.region, "yes" if c.ready else "[red]no[/red]", str(c.nodes),
-                          f"{c.free_milli_cpu / 1000:.0f}/{c.allocatable_milli_cpu / 1000:.0f}",
-                          f"{c.free_memory_bytes / 2**30:.0f}/{c.allocatable_memory_bytes / 2**30:.0f} Gi",
-                          f"{c.free_gpus}/{c.gpus}", f"{c.carbon_g_per_kwh:.0f}")
-        console.print(table)
+        text = render_clusters(items, output, width=_terminal_width())
+        if text:
+            typer.echo(text)
 
     @app.command("global-scheduler")
     def serve(listen: str | None = typer.Option(None, help="host:port (default from MERIDIAN_GLOBAL_API__LISTEN)."),
@@ -251,8 +306,6 @@ def register(cli: CliRoot) -> None:
                                             "loopback (a trusted network only)."),
               ) -> None:
         """Serve the global API (settings: MERIDIAN_GLOBAL_* environment variables)."""
-        from global_scheduler.scheduler import GlobalScheduler
-        from global_scheduler.server import build_server
         from global_scheduler.settings import GlobalSchedulerSettings
         from meridian.bus import open_bus
 
@@ -271,6 +324,28 @@ def register(cli: CliRoot) -> None:
         if reason is not None:
             typer.echo(f"error: {reason}", err=True)
             raise typer.Exit(2)
+        from meridian.errors import UserError, check_listen
+
+        # Everyday mistakes are one line each (meridian.errors), found before seconds of imports and start-up.
+        if settings.bus.url.startswith(("redis://", "rediss://", "unix://")):
+            from meridian.bus import require_redis
+
+            require_redis(settings.bus.url, setting="--bus or MERIDIAN_GLOBAL_BUS__URL")
+        check_listen(settings.api.listen, what="the global API", setting="--listen or MERIDIAN_GLOBAL_API__LISTEN")
+        if metrics_port:
+            from meridian.observability import MetricsSettings, start_metrics_server
+
+            # Loopback outside a pod (MERIDIAN_METRICS_ADDRESS).
+            start_metrics_server(MetricsSettings(port=metrics_port), port_setting="--metrics-port (0 = off)")
+        from global_scheduler.routing.registry import names as routing_policies  # torch: seconds
+
+        if settings.routing.policy not in routing_policies():
+            raise UserError(f"unknown routing policy {settings.routing.policy!r}",
+                            hint=f"choose one of {', '.join(routing_policies())} with --policy or "
+                                 "MERIDIAN_GLOBAL_ROUTING__POLICY")
+        from global_scheduler.scheduler import GlobalScheduler
+        from global_scheduler.server import build_server
+
         hooks = []
         if energy and settings.bus.url.startswith(("redis://", "rediss://", "unix://")):
             try:
@@ -288,10 +363,6 @@ def register(cli: CliRoot) -> None:
                 hooks.append(_energy)
             except ImportError as exc:  # the accounting package is optional for the API
                 log.warning("energy reports not served: %s", exc)
-        if metrics_port:
-            from meridian.observability import MetricsSettings, start_metrics_server
-
-            start_metrics_server(MetricsSettings(port=metrics_port))  # loopback outside a pod (MERIDIAN_METRICS_ADDRESS)
         engine = GlobalScheduler(settings=settings, bus=open_bus(settings.bus.url, key_prefix=settings.bus.key_prefix))
         stop_accounting: threading.Event | None = None
         if hooks:
@@ -399,9 +470,11 @@ def register(cli: CliRoot) -> None:
             console.print(summary)
         if save_run is not None and hooks:
             from global_scheduler.accounting.run_store import save_federation_run
+            from global_scheduler.accounting.work import WorkDone
 
             path = save_federation_run(save_run, hooks, provenance={"command": "meridian bench routing",
-                                                                    "config": {k: str(v) for k, v in cfg.__dict__.items()}})
+                                                                    "config": {k: str(v) for k, v in cfg.__dict__.items()}},
+                                       work={n: WorkDone.from_result(r) for n, r in results.items()})
             console.print(f"run saved to {path}")
         if json_out is not None:
             json_out.parent.mkdir(parents=True, exist_ok=True)

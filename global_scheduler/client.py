@@ -1,41 +1,27 @@
 """A small client of the global API for the CLI and the benchmarks.
 
-Workload files are YAML (or JSON) with the ``WorkloadSpec`` fields; quantities stay strings and are
-parsed by the server::
-
-    name: train-recsys
-    tenant: ads
-    replicas: 4
-    requests: {cpu: "8", memory: 32Gi, gpu: "1"}
-    allowedRegions: [eu-north, eu-west]   # or allowed_regions
-    originRegion: eu-west
-    latencySloMs: 80
-    deferrable: true
-    deadline: "2026-12-01T06:00:00Z"       # or deadline_unix_s
-    weights: {performance: 0.2, energy: 0.8}
-    idempotencyKey: train-recsys-2026-11-30 # optional
+Workload files (``meridian submit FILE``) are read and checked by :mod:`global_scheduler.workload_file`.
 
 Connection failures fail fast and say why where the client can tell: a connection attempt gives up
 after ``connect_timeout_s`` (gRPC's own default is 20 s), and an ``UNAVAILABLE`` on a plaintext
 channel to a server that answers a TLS handshake becomes "it probably serves TLS; pass --ca FILE"
 (:class:`UnreachableError`, still a ``grpc.RpcError``). :meth:`GlobalClient.follow` is the watch the
 CLI uses: it reconnects with back-off when the stream breaks before a terminal state.
+:meth:`GlobalClient.resolve` finds a workload by a unique ID prefix or its name (over ListWorkloads,
+as the server looks up whole IDs only); :meth:`GlobalClient.find_active_by_name` lists a tenant's
+unfinished workloads of one name.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import socket
 import ssl
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
-import yaml
 
 from protos import global_api_pb2 as api
 from protos import global_api_pb2_grpc as api_grpc
@@ -43,67 +29,13 @@ from protos import global_api_pb2_grpc as api_grpc
 DEFAULT_TARGET = "127.0.0.1:50051"
 Reply = TypeVar("Reply")
 TERMINAL_STATES = frozenset({api.WORKLOAD_STATE_FAILED, api.WORKLOAD_STATE_CANCELLED})
+# The steps a workload goes through before it ends; a reroute takes it back to PENDING.
+PROGRESS_STATES = (api.WORKLOAD_STATE_PENDING, api.WORKLOAD_STATE_DISPATCHED, api.WORKLOAD_STATE_SCHEDULED,
+                   api.WORKLOAD_STATE_RUNNING)
 # A watch that breaks is opened again after these delays (the last repeats); a changed state resets them.
 RECONNECT_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 # What a server restart or a cut connection looks like to a stream; other codes are the server's answer.
 RECONNECT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED})
-
-
-def _snake(key: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
-
-
-class WorkloadFileError(ValueError):
-    pass
-
-
-def spec_from_mapping(doc: dict[str, Any]) -> tuple[api.WorkloadSpec, str]:
-    """(spec, idempotency key) from a parsed workload file; unknown keys are an error naming them."""
-    if not isinstance(doc, dict):
-        raise WorkloadFileError("a workload file is a mapping of WorkloadSpec fields")
-    doc = {_snake(k): v for k, v in doc.items()}
-    key = str(doc.pop("idempotency_key", "") or "")
-    if "deadline" in doc:
-        value = doc.pop("deadline")
-        try:
-            doc["deadline_unix_s"] = (value if isinstance(value, datetime) else
-                                      datetime.fromisoformat(str(value).replace("Z", "+00:00"))).timestamp()
-        except ValueError:
-            raise WorkloadFileError(f"deadline: not an ISO date-time: {value!r}") from None
-    if "class" in doc:
-        doc["workload_class"] = doc.pop("class")
-    spec = api.WorkloadSpec()
-    fields = {f.name for f in api.WorkloadSpec.DESCRIPTOR.fields}
-    for name, value in doc.items():
-        if name not in fields:
-            raise WorkloadFileError(f"unknown field {name!r}; known: {', '.join(sorted(fields))}")
-        if name == "requests":
-            if not isinstance(value, dict):
-                raise WorkloadFileError("requests: a mapping of cpu, memory, gpu, gpu_milli")
-            for rk, rv in value.items():
-                rk = _snake(rk)
-                if rk not in ("cpu", "memory", "gpu", "gpu_milli"):
-                    raise WorkloadFileError(f"requests.{rk}: unknown resource")
-                setattr(spec.requests, rk, str(rv))
-        elif name == "weights":
-            for wk, wv in (value or {}).items():
-                setattr(spec.weights, _snake(wk), float(wv))
-        elif name == "allowed_regions":
-            spec.allowed_regions.extend(str(v) for v in value)
-        else:
-            try:
-                setattr(spec, name, value)
-            except (TypeError, ValueError) as exc:
-                raise WorkloadFileError(f"{name}: {exc}") from None
-    return spec, key
-
-
-def load_workload_file(path: Path) -> tuple[api.WorkloadSpec, str]:
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise WorkloadFileError(f"{path}: not YAML: {exc}") from None
-    return spec_from_mapping(doc)
 
 
 def _host_port(target: str) -> tuple[str, int] | None:
@@ -134,6 +66,18 @@ def speaks_tls(target: str, timeout_s: float = 2.0) -> bool | None:
                 return False
     except OSError:
         return None
+
+
+class AmbiguousWorkloadError(LookupError):
+    """A workload reference (ID prefix or name) that several workloads match; ``candidates`` are they."""
+
+    def __init__(self, ref: str, candidates: list[api.Workload], *, tenant: str = "") -> None:
+        tenants = {w.spec.tenant for w in candidates}
+        hint = ("give more of the ID" if all(w.id.startswith(ref) for w in candidates) else
+                "give the ID, or --tenant" if len(tenants) > 1 and not tenant else "give the ID")
+        super().__init__(f"{ref!r} matches {len(candidates)} workloads; {hint}")
+        self.ref = ref
+        self.candidates = candidates
 
 
 class UnreachableError(grpc.RpcError):
@@ -196,8 +140,9 @@ class GlobalClient:
             return UnreachableError(f"the TLS handshake with {self.target} failed and it does not answer TLS: it "
                                     "probably serves plaintext; drop --ca", exc)
         if tls is None:
-            return UnreachableError(f"nothing answers at {self.target}: is the global scheduler running there "
-                                    "(--api, $MERIDIAN_API)?", exc)
+            return UnreachableError(f"nothing answers at {self.target}: start the global scheduler there "
+                                    "(meridian global-scheduler), or point --api or $MERIDIAN_API at a running one",
+                                    exc)
         return exc
 
     def _unary(self, method: Callable[..., Reply], request: object) -> Reply:
@@ -280,9 +225,67 @@ class GlobalClient:
     def cancel(self, wid: str) -> api.Workload:
         return self._unary(self.stub.CancelWorkload, api.CancelWorkloadRequest(id=wid))
 
+    def resolve(self, ref: str, *, tenant: str = "") -> api.Workload:
+        """The workload ``ref`` names: its ID, a unique prefix of its ID, or its name (within ``tenant``
+        when given). A name carried by several workloads means the one not yet ended, if only one is.
+        A prefix of several IDs, or a name still ambiguous, raises :class:`AmbiguousWorkloadError`
+        listing them; nothing matching re-raises the server's ``NOT_FOUND`` for ``ref``.
+
+        The server looks up IDs only, so prefixes and names are matched here over ListWorkloads: one
+        GetWorkload for a full ID, every page of the tenant's workloads otherwise."""
+        try:
+            return self.get(ref)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]
+                raise
+            not_found = exc
+        by_id: list[api.Workload] = []
+        by_name: list[api.Workload] = []
+        for w in self.list(tenant=tenant, page_size=1000):
+            if w.id.startswith(ref):
+                by_id.append(w)
+            elif w.spec.name == ref:
+                by_name.append(w)
+        if not by_id and not by_name:
+            raise not_found
+        if len(by_id) == 1 and not by_name:
+            return by_id[0]
+        if not by_id:
+            active = [w for w in by_name if w.state not in TERMINAL_STATES]
+            if len(by_name) == 1 or len(active) == 1:
+                return (active or by_name)[0]
+        raise AmbiguousWorkloadError(ref, by_id + by_name, tenant=tenant)
+
+    def find_active_by_name(self, name: str, tenant: str, *, exclude_id: str = "") -> list[api.Workload]:
+        """The tenant's workloads named ``name`` that have not ended (not Failed or Cancelled), but for
+        ``exclude_id``: what ``submit`` warns about, since names are how operators tell workloads apart."""
+        return [w for w in self.list(tenant=tenant, page_size=1000)
+                if w.spec.name == name and w.state not in TERMINAL_STATES and w.id != exclude_id]
+
     def clusters(self) -> list[api.Cluster]:
         return list(self._unary(self.stub.ListClusters, api.ListClustersRequest()).clusters)
 
 
 def state_name(state: int) -> str:
     return api.WorkloadState.Name(state).removeprefix("WORKLOAD_STATE_")
+
+
+def parse_state(name: str) -> int:
+    """A WorkloadState from its short name, any case (``running``); ValueError naming the known ones."""
+    known = {state_name(s).lower(): s for s in (*PROGRESS_STATES, *sorted(TERMINAL_STATES))}
+    try:
+        return known[name.lower().removeprefix("workload_state_")]
+    except KeyError:
+        raise ValueError(f"unknown state {name!r}: use one of {', '.join(known)}") from None
+
+
+def state_reached(state: int, goal: int | None) -> bool:
+    """Whether a watch waiting for ``goal`` is done at ``state``: ``goal`` itself or, for a step of
+    :data:`PROGRESS_STATES`, a later step (a watch that opens on RUNNING has seen SCHEDULED pass);
+    ``goal`` None waits for any end (Failed or Cancelled)."""
+    if goal is None:
+        return state in TERMINAL_STATES
+    if state == goal:
+        return True
+    return (goal in PROGRESS_STATES and state in PROGRESS_STATES
+            and PROGRESS_STATES.index(state) > PROGRESS_STATES.index(goal))

@@ -73,19 +73,17 @@ def render_table(report: EnergyReport, console: Console) -> None:
                 f"{t.cost:,.2f}", "–" if ci is None else f"{ci:,.1f}",  # type: ignore[attr-defined]
                 f"{t.mean_power_watts / 1000:,.2f}", f"{t.unknown_seconds:,.0f}"]  # type: ignore[attr-defined]
 
-    for key, totals in report.groups.items():
+    from global_scheduler.accounting.report import counterfactual_label, counterfactual_sentence
+
+    for key, totals in report.groups.items():  # tenants and workloads by energy, largest first
         table.add_row(key, *cells(totals))
     table.add_section()
     table.add_row("total", *cells(report.totals), style="bold")
     if report.counterfactual is not None:
-        cf = report.counterfactual
-        table.add_row(f"{cf.policy} (counterfactual, same work)", *cells(cf.totals), style="dim")
+        table.add_row(counterfactual_label(report), *cells(report.counterfactual.totals), style="dim")
     console.print(table)
     if report.counterfactual is not None:
-        cf = report.counterfactual
-        verb = "less" if cf.carbon_saved_kg >= 0 else "more"
-        console.print(f"{report.policy} emitted {abs(cf.carbon_saved_kg):,.2f} kg CO₂ "
-                      f"({abs(cf.carbon_saved_ratio):.1%}) {verb} than {cf.policy} would have for the same work.")
+        console.print(counterfactual_sentence(report))
     for note in report.notes:
         console.print(f"note: {note}", style="yellow")
 

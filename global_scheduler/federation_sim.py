@@ -51,6 +51,7 @@ import numpy as np
 from global_scheduler.routing.base import DEFER, NO_CLUSTER, Router, RoutingPolicy
 from gnn.features import ClusterFeatures, WorkloadFeatures, crit_utilisation, latency_ms
 from meridian import grid_data, power_model
+from meridian.traces import missing_trace
 
 GIB = 2**30
 
@@ -272,6 +273,11 @@ class NodePowerModel:
         return node_w
 
 
+# The files of the traces folder a federation reads (with carbon/ and prices/ unless given apart).
+DLRM_TRACE = "alibaba-dlrm-v2025/disaggregated_DLRM_trace.csv"
+NODE_LIST = "alibaba-gpu-v2023/openb_node_list_all_node.csv"
+
+
 @dataclass
 class GridInputs:
     carbon: dict[str, grid_data.HourlySeries]
@@ -284,8 +290,15 @@ def _load_grid_cached(carbon_dir: str, prices_file: str) -> GridInputs:
 
 
 def load_grid(traces_dir: Path, carbon_dir: Path | None = None, prices_file: Path | None = None) -> GridInputs:
-    carbon_dir = carbon_dir or traces_dir / "carbon"
-    prices_file = prices_file or next((traces_dir / "prices").glob("*.csv"))
+    """Carbon and prices: the given folder and file, else the traces folder's ``carbon/`` and ``prices/*.csv``."""
+    if carbon_dir is None:
+        carbon_dir = traces_dir / "carbon"
+        if not carbon_dir.is_dir():
+            raise missing_trace(traces_dir, "carbon/")
+    if prices_file is None:
+        prices_file = next(iter(sorted((traces_dir / "prices").glob("*.csv"))), None)
+        if prices_file is None:
+            raise missing_trace(traces_dir, "prices/*.csv")
     return _load_grid_cached(str(carbon_dir), str(prices_file))
 
 
@@ -312,6 +325,9 @@ class FederationSim:
         self.n_regions = len(self.regions)
         self.rtt, self.bw = rtt_matrix(self.regions)
         grid = load_grid(traces_dir, carbon_dir, prices_file)
+        for relative in (DLRM_TRACE, NODE_LIST):  # before minutes of work, not at their first read
+            if not (traces_dir / relative).is_file():
+                raise missing_trace(traces_dir, relative)
         self.hours = config.days * 24
         horizon = self.hours + config.drain_hours + config.forecast_hours + 48
         month, day = (int(x) for x in config.start.split("-"))
@@ -343,7 +359,7 @@ class FederationSim:
     # --------------------------------------------------------------------------------- construction
     def _build_workloads(self, traces_dir: Path) -> None:
         cfg = self.cfg
-        trace = load_dlrm(str(traces_dir / "alibaba-dlrm-v2025" / "disaggregated_DLRM_trace.csv"))
+        trace = load_dlrm(str(traces_dir / DLRM_TRACE))
         t0 = cfg.trace_offset_days * 24
         chosen = [w for w in trace if t0 <= w.arrival_h < t0 + self.hours]
         self.workloads: list[_Pending] = []
@@ -373,7 +389,7 @@ class FederationSim:
     def _build_clusters(self, traces_dir: Path) -> None:
         cfg = self.cfg
         rng = np.random.default_rng(cfg.seed)
-        node_list = str(traces_dir / "alibaba-gpu-v2023" / "openb_node_list_all_node.csv")
+        node_list = str(traces_dir / NODE_LIST)
         shapes = load_openb_nodes(node_list)
         # Peak concurrent CPU demand over the window → nodes needed at the target utilisation.
         events = []

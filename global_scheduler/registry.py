@@ -8,11 +8,17 @@ bus (:meth:`ClusterRegistry.bus_unreachable`) no cluster is judged, and once it 
 summaries of the outage were never written. A Redis restart is not a cluster outage. The timeout is
 also never shorter than twice the interval a cluster's summaries actually arrive at (measured from
 their generation times), so a timeout set at or below the regional summary interval cannot make a
-healthy cluster flap. Between summaries the router *reserves* what it dispatched so a burst of submissions does
+healthy cluster flap. A cluster down and silent for ``forget_after_s`` (``registry.forget_after_s``,
+an hour by default) leaves the registry, and its region with it when no other cluster reports from there,
+so a decommissioned cluster is not listed or waited for forever. Between summaries the router *reserves* what it dispatched so a burst of submissions does
 not all land on the cluster that looked emptiest at the last summary; a newer summary (which already
 counts those placements) clears the reservations made before it was generated.
 :meth:`ClusterRegistry.holdings_view` gives the scheduler's reconciliation what a cluster's latest summary
 says it holds.
+
+A summary with ``carbon_unknown`` (no node reports a carbon source) is listed with its intensity
+unknown (``Cluster.carbon_unknown``), is not recorded in the carbon history, and routes as the mean
+intensity of the clusters that know theirs, neither the cleanest grid (0) nor the dirtiest.
 
 :meth:`ClusterRegistry.features` gives the routing snapshot as :class:`gnn.features.ClusterFeatures`,
 vectorised over clusters.
@@ -20,6 +26,8 @@ vectorised over clusters.
 
 from __future__ import annotations
 
+import enum
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -35,6 +43,7 @@ from protos import global_api_pb2 as api
 from protos import telemetry_pb2 as tpb
 
 FORECAST_HOURS = 24
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -51,6 +60,21 @@ class ClusterRecord:
     interval_s: float = 0.0  # measured period of its summaries (moving average); 0 until two arrived
 
 
+class Fit(enum.Enum):
+    """Whether a workload can run on the federation (:meth:`ClusterRegistry.fit_outlook`)."""
+
+    NOW = "now"  # a reporting cluster could hold it (were it empty)
+    LATER = "later"  # no reporting cluster can, but a cluster may yet report from a region it allows
+    NEVER = "never"  # nowhere it may run, now or later
+
+
+@dataclass(frozen=True)
+class FitOutlook:
+    fit: Fit
+    reason: str = ""  # why not NOW, for the workload's message
+    waiting_for: tuple[str, ...] = ()  # LATER: the regions a cluster that could hold it may report from
+
+
 @dataclass(frozen=True)
 class HoldingsView:
     """What a cluster's latest summary says it holds (for reconciliation)."""
@@ -62,8 +86,10 @@ class HoldingsView:
 
 class ClusterRegistry:
     def __init__(self, *, cluster_timeout_s: float = 15.0, default_rtt_ms: float = 80.0,
-                 prices_per_mwh: dict[str, float] | None = None, configured_regions: Sequence[str] = ()) -> None:
+                 prices_per_mwh: dict[str, float] | None = None, configured_regions: Sequence[str] = (),
+                 forget_after_s: float = 3600.0) -> None:
         self.timeout_s = cluster_timeout_s
+        self.forget_after_s = forget_after_s
         self.configured_regions = tuple(configured_regions)
         self.default_rtt_ms = default_rtt_ms
         self.prices = prices_per_mwh or {}
@@ -117,8 +143,9 @@ class ClusterRegistry:
                     self._regions.append(summary.region)
             rec.summary = summary
             rec.region = summary.region
-            self.carbon_history.observe(summary.region, summary.generated_unix_ms / 1000.0 or now_s,
-                                        summary.carbon_g_per_kwh)
+            if not summary.carbon_unknown:
+                self.carbon_history.observe(summary.region, summary.generated_unix_ms / 1000.0 or now_s,
+                                            summary.carbon_g_per_kwh)
             rec.last_seen_s = now_s
             rec.ready = summary.nodes_schedulable > 0
             rec.reserved = np.zeros(3)
@@ -130,9 +157,13 @@ class ClusterRegistry:
 
     def sweep(self, now_s: float | None = None) -> list[str]:
         """Mark clusters without a recent summary down; returns the ones that just went down. Nothing is
-        judged while the bus is unreachable, and silence counts from when it became readable again."""
+        judged while the bus is unreachable, and silence counts from when it became readable again.
+
+        A cluster already down (never in the sweep that marks it down, so its workloads are rerouted first)
+        and silent for ``forget_after_s`` (at least its timeout) is forgotten: removed, with its region
+        when no other cluster reports from there."""
         now_s = time.time() if now_s is None else now_s
-        down = []
+        down, forgotten = [], []
         with self._lock:
             if self._bus_down_since is not None:
                 return []
@@ -141,6 +172,14 @@ class ClusterRegistry:
                 if rec.ready and now_s - heard_s > self.timeout_for(rec):
                     rec.ready = False
                     down.append(rec.name)
+                elif not rec.ready and now_s - heard_s > max(self.forget_after_s, self.timeout_for(rec)):
+                    forgotten.append((rec.name, now_s - rec.last_seen_s))
+            for name, silent_s in forgotten:
+                region = self._clusters.pop(name).region
+                if all(r.region != region for r in self._clusters.values()):
+                    self._regions.remove(region)
+                log.info("cluster %s forgotten: silent for %.0f s (registry.forget_after_s %.0f s)", name,
+                         silent_s, self.forget_after_s)
         return down
 
     def reserve(self, cluster: str, milli_cpu: float, memory_bytes: float, gpu: float) -> None:
@@ -198,27 +237,64 @@ class ClusterRegistry:
                     bw[i, j] = 100.0 if km < 3000 else 40.0
         return rtt, bw
 
-    def ever_fits(self, *, replicas: int, milli_cpu: int, memory_bytes: int, gpu: float,
-                  allowed_regions: set[str] | None) -> bool | None:
-        """Could any allowed cluster ever hold this workload (empty)? None when no cluster is known yet.
+    def fit_outlook(self, *, replicas: int, milli_cpu: int, memory_bytes: int, gpu: float,
+                    allowed_regions: set[str] | None) -> FitOutlook:
+        """Whether this workload (``replicas`` of the given per-replica requests) can ever run: the one rule
+        that SubmitWorkload (refuse) and the router (FAILED or PENDING) both apply.
 
-        A replica larger than the largest node a report may describe (:mod:`meridian.telemetry`'s physical
-        limits) fits nowhere, known clusters or not: ``8Ei`` of memory is refused before any cluster reports."""
+        * ``NOW``: a reporting cluster in an allowed region (any region when none are given) could hold it,
+          were it empty. Clusters that are down count: they may come back.
+        * ``NEVER``: a replica is larger than any node a report may describe (:mod:`meridian.telemetry`'s
+          physical limits), known clusters or not; or no reporting cluster can hold it and no region it may
+          use can still gain a cluster.
+        * ``LATER``: no reporting cluster can hold it, but a region it may use has no reporting cluster yet,
+          and one there could. With configured regions (``registry.regions``) those are the configured
+          regions it allows that no cluster reports from. With none configured, nothing bounds where a
+          cluster may appear, so every allowed region that no cluster reports from counts (and, with no
+          allowed regions, only the case where no cluster has reported at all).
+
+        An allowed region without a reporting cluster is waited for whichever other clusters happen to
+        report: a workload accepted before the first report is not failed because the first cluster to
+        report is in another region."""
         if milli_cpu > MAX_NODE_MILLI_CPU or memory_bytes > MAX_NODE_MEMORY_BYTES:
-            return False
+            return FitOutlook(Fit.NEVER, "a replica asks for more than any node can have")
         with self._lock:
             records = list(self._clusters.values())
-        if not records:
-            return None
-        for rec in records:
-            if allowed_regions and rec.region not in allowed_regions:
-                continue
+        reporting = {rec.region for rec in records}
+        candidates = [rec for rec in records if not allowed_regions or rec.region in allowed_regions]
+        for rec in candidates:
             a = rec.summary.allocatable
             if replicas * milli_cpu <= a.milli_cpu and replicas * memory_bytes <= a.memory_bytes and \
                     replicas * gpu <= a.gpu + 1e-9 and milli_cpu <= max(rec.max_node_alloc_cpu, 1) and \
                     memory_bytes <= max(rec.max_node_alloc_mem, 1):
-                return True
-        return False
+                return FitOutlook(Fit.NOW)
+        if self.configured_regions:
+            may_come = [r for r in self.configured_regions if not allowed_regions or r in allowed_regions]
+        elif allowed_regions:
+            may_come = sorted(allowed_regions)
+        elif not records:
+            return FitOutlook(Fit.LATER, "no cluster has reported yet")
+        else:
+            may_come = []
+        waiting = tuple(r for r in may_come if r not in reporting)
+        where = f" in {', '.join(sorted(allowed_regions))}" if allowed_regions else ""
+        held = f"none of the {len(candidates)} reporting cluster(s){where} can hold it, even empty"
+        if waiting:
+            regions = ", ".join(waiting)
+            return FitOutlook(Fit.LATER, f"{held}; a cluster in {regions}, where none reports yet, may" if candidates
+                              else f"no cluster in {regions} has reported yet (one there may hold it)", waiting)
+        if candidates:
+            return FitOutlook(Fit.NEVER, held)
+        return FitOutlook(Fit.NEVER, f"no cluster{where} reports, and none of those regions is configured "
+                          f"(registry.regions: {', '.join(self.configured_regions)})")
+
+    def ever_fits(self, *, replicas: int, milli_cpu: int, memory_bytes: int, gpu: float,
+                  allowed_regions: set[str] | None) -> bool | None:
+        """:meth:`fit_outlook` as True (a reporting cluster could hold it), False (never) or None (not a
+        reporting cluster, but one may yet come that could)."""
+        fit = self.fit_outlook(replicas=replicas, milli_cpu=milli_cpu, memory_bytes=memory_bytes, gpu=gpu,
+                               allowed_regions=allowed_regions).fit
+        return {Fit.NOW: True, Fit.NEVER: False, Fit.LATER: None}[fit]
 
     def features(self, now_s: float | None = None) -> tuple[list[str], list[str], ClusterFeatures]:
         """(cluster names, region names, features) for routing, vectorised over clusters."""
@@ -234,6 +310,9 @@ class ClusterRegistry:
         alloc = np.array([[x.allocatable.milli_cpu, x.allocatable.memory_bytes, x.allocatable.gpu] for x in s],
                          dtype=np.float64).reshape(n, 3)
         carbon = np.array([x.carbon_g_per_kwh for x in s], dtype=np.float64)
+        unknown = np.array([x.carbon_unknown for x in s], dtype=bool)
+        if unknown.any() and not unknown.all():  # neutral, not the cleanest grid (module docstring)
+            carbon[unknown] = carbon[~unknown].mean()
         rtt, bw = self.rtt_matrix(regions)
         # One forecast per region (the region's current intensity where a day-old hour is missing).
         region_now = np.zeros(len(regions))
@@ -265,6 +344,6 @@ class ClusterRegistry:
                 allocatable_milli_cpu=s.allocatable.milli_cpu, free_milli_cpu=s.free.milli_cpu,
                 allocatable_memory_bytes=s.allocatable.memory_bytes, free_memory_bytes=s.free.memory_bytes,
                 gpus=s.allocatable.gpu, free_gpus=s.gpu_devices_idle, nodes=s.nodes_total,
-                carbon_g_per_kwh=s.carbon_g_per_kwh, price_per_mwh=self.prices.get(r.region, 0.0),
-                queued_workloads=r.queued))
+                carbon_g_per_kwh=s.carbon_g_per_kwh, carbon_unknown=s.carbon_unknown,
+                price_per_mwh=self.prices.get(r.region, 0.0), queued_workloads=r.queued))
         return out

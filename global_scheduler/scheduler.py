@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from global_scheduler.reconcile import REPUBLISH, decide
-from global_scheduler.registry import ClusterRegistry, HoldingsView
+from global_scheduler.registry import ClusterRegistry, Fit, HoldingsView
 from global_scheduler.routing.base import DEFER, NO_CLUSTER, Router, RoutingPolicy
 from global_scheduler.routing.registry import get_policy
 from global_scheduler.routing_pass import (
@@ -96,6 +96,7 @@ class GlobalScheduler:
         self.instance = instance or f"global-{uuid.uuid4().hex[:8]}"
         self.store = WorkloadStore(bus if settings.store.persist else None)
         self.registry = ClusterRegistry(cluster_timeout_s=settings.registry.cluster_timeout_s,
+                                        forget_after_s=settings.registry.forget_after_s,
                                         default_rtt_ms=settings.registry.default_rtt_ms,
                                         configured_regions=settings.registry.regions)
         kwargs = {"checkpoint": settings.routing.checkpoint} if settings.routing.policy == "gnn" else {}
@@ -357,17 +358,20 @@ class GlobalScheduler:
                 self._hold(wid, until)
             else:
                 assert decision.cluster == NO_CLUSTER
-                allowed = set(w.spec.allowed_regions) or None
-                fits = self.registry.ever_fits(replicas=w.spec.replicas, milli_cpu=entry.requests.milli_cpu,
-                                               memory_bytes=entry.requests.memory_bytes,
-                                               gpu=entry.requests.gpu_fraction, allowed_regions=allowed)
+                # The rule SubmitWorkload applies too (registry.fit_outlook): FAILED only when no reporting
+                # cluster can hold it and no region it allows may still gain one that could.
+                outlook = self.registry.fit_outlook(replicas=w.spec.replicas, milli_cpu=entry.requests.milli_cpu,
+                                                    memory_bytes=entry.requests.memory_bytes,
+                                                    gpu=entry.requests.gpu_fraction,
+                                                    allowed_regions=set(w.spec.allowed_regions) or None)
                 reason = max(decision.diagnosis, key=decision.diagnosis.get) if decision.diagnosis else "no cluster"
                 obs.PLACEMENT_FAILURES.labels(component="global", cluster="", reason=reason).inc()
-                if fits is False:
+                if outlook.fit is Fit.NEVER:
                     self.store.update(wid, state=api.WORKLOAD_STATE_FAILED,
-                                      message="no allowed cluster can ever fit it: " + decision.explain)
+                                      message=f"no allowed cluster can ever fit it: {outlook.reason} ({decision.explain})")
                 else:
-                    self.store.update(wid, message="waiting: " + decision.explain)
+                    why = decision.explain if outlook.fit is Fit.NOW else f"{outlook.reason} ({decision.explain})"
+                    self.store.update(wid, message="waiting: " + why)
                     self._hold(wid, now + 2.0)
         seen = self._fallbacks_seen.get(result.pid, 0)
         if result.fallbacks > seen:

@@ -49,6 +49,7 @@ from global_scheduler.validation import (
     validate_submit,
 )
 from meridian.bus import BusError, BusUnavailableError
+from meridian.errors import check_listen
 from protos import global_api_pb2 as api
 from protos import global_api_pb2_grpc as api_grpc
 
@@ -251,6 +252,8 @@ def build_server(engine: GlobalScheduler, settings: GlobalSchedulerSettings | No
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
     api_cfg = settings.api
+    # gRPC's own refusal is "Failed to bind" and a C-level log line; a socket of our own says why first.
+    check_listen(api_cfg.listen, what="the global API", setting="--listen or MERIDIAN_GLOBAL_API__LISTEN")
     if api_cfg.tls_cert_file and api_cfg.tls_key_file:
         creds = grpc.ssl_server_credentials([(api_cfg.tls_key_file.read_bytes(), api_cfg.tls_cert_file.read_bytes())])
         port = server.add_secure_port(api_cfg.listen, creds)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -93,6 +93,12 @@ class RegistrySettings(BaseModel):
                                      "and its workloads are rerouted; 1.5 regional summary intervals (10 s). Only "
                                      "time the bus was readable counts, and a cluster whose summaries arrive less "
                                      "often gets twice its measured interval instead.")
+    forget_after_s: float = Field(3600.0, gt=0, description="A cluster silent this long (s) leaves the registry: "
+                                  "it is no longer listed, routed to or counted as able to come back, and its "
+                                  "region goes with its last cluster unless configured in `regions`. Its "
+                                  "workloads were rerouted when it went down (cluster_timeout_s); one still "
+                                  "dispatched there is rerouted by reconciliation. Must exceed cluster_timeout_s; "
+                                  "an hour outlasts a node-pool upgrade or a long Redis outage.")
     sweep_interval_s: float = Field(1.0, gt=0, description="How often liveness is checked (s).")
     default_rtt_ms: float = Field(80.0, gt=0, description="Round trip assumed between two regions that have no "
                                   "known coordinates (ms).")
@@ -100,6 +106,14 @@ class RegistrySettings(BaseModel):
                                "Requests naming none of these (nor a region a cluster reports from) are refused "
                                "with UNKNOWN_REGION even before any cluster has reported; empty: only reporting "
                                "clusters' regions are known, and nothing is judged before the first report.")
+
+    @model_validator(mode="after")
+    def _forget_after_down(self) -> RegistrySettings:
+        if self.forget_after_s <= self.cluster_timeout_s:
+            raise ValueError(f"registry.forget_after_s ({self.forget_after_s:g} s) must be longer than "
+                             f"registry.cluster_timeout_s ({self.cluster_timeout_s:g} s): a cluster is marked down "
+                             "(its workloads rerouted) before it is forgotten")
+        return self
 
 
 class RoutingSettings(BaseModel):

@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 
 import typer
+from typer.core import TyperGroup
 
 from meridian import __version__
 from meridian.cli_bench import bench_cli
+from meridian.errors import USER_ERROR_EXIT, describe
 
 
 @dataclass(frozen=True)
@@ -34,8 +36,24 @@ class CliRoot:
     report: typer.Typer
 
 
+class RootGroup(TyperGroup):
+    """The root command: an everyday mistake that reaches it (:func:`meridian.errors.describe`) is one line,
+    ``error: …; what to do next`` on stderr with exit status 2; ``--verbose`` shows the traceback instead."""
+
+    def invoke(self, ctx: typer.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:  # click's own exits (typer.Exit, usage errors) are described as None
+            problem = describe(exc)
+            if problem is None or ctx.params.get("verbose"):
+                raise
+            typer.echo(f"error: {problem}", err=True)
+            raise typer.Exit(USER_ERROR_EXIT) from None
+
+
 def build_app() -> typer.Typer:
     app = typer.Typer(
+        cls=RootGroup,
         name="meridian",
         help="Meridian: multi-cluster Kubernetes scheduling with learned placement and carbon-aware routing.",
         no_args_is_help=True,
@@ -50,7 +68,8 @@ def build_app() -> typer.Typer:
 
     @app.callback()
     def _root(
-        verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at DEBUG level."),
+        verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at DEBUG level, and show the traceback "
+                                      "of an error that is otherwise one line."),
     ) -> None:
         logging.basicConfig(
             level=logging.DEBUG if verbose else logging.INFO,

@@ -58,7 +58,7 @@ def read_node_shapes(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarr
 class SimulatedFleet:
     def __init__(self, *, cluster: str, region: str, n_nodes: int, seed: int = 0,
                  node_list: str | Path | None = None, carbon: CarbonFeed | None = None,
-                 carbon_g_per_kwh: float = 300.0, pue: float = 1.2, labels_every: int = 30,
+                 carbon_g_per_kwh: float | None = 300.0, pue: float = 1.2, labels_every: int = 30,
                  first_index: int = 0, start_sequence: int | None = None) -> None:
         if n_nodes <= 0:
             raise ValueError("a fleet needs at least one node")
@@ -118,7 +118,9 @@ class SimulatedFleet:
         self.power_watts = self._power()
 
     def intensity_now(self, now_s: float) -> float:
-        return float(self.carbon.intensity_at(now_s)) if self.carbon is not None else self.carbon_g_per_kwh
+        if self.carbon is not None:
+            return float(self.carbon.intensity_at(now_s))
+        return 0.0 if self.carbon_g_per_kwh is None else self.carbon_g_per_kwh  # None: CARBON_SOURCE_NONE
 
     # ------------------------------------------------------------------ encoding
     def _static_parts(self) -> tuple[list[bytes], list[bytes]]:
@@ -132,7 +134,8 @@ class SimulatedFleet:
                 allocatable_milli_cpu=int(self.alloc_milli_cpu[i]),
                 allocatable_memory_bytes=int(self.alloc_memory_bytes[i]), allocatable_gpu=int(self.gpu_count[i]),
                 gpu_model=self.gpu_model[i], power_source=pb.POWER_SOURCE_MODEL,
-                carbon_source=pb.CARBON_SOURCE_SIMULATED if self.carbon else pb.CARBON_SOURCE_STATIC,
+                carbon_source=pb.CARBON_SOURCE_SIMULATED if self.carbon else (
+                    pb.CARBON_SOURCE_STATIC if self.carbon_g_per_kwh is not None else pb.CARBON_SOURCE_NONE),
             )
             short.append(m.SerializeToString())
             m.labels_included = True

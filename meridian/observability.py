@@ -218,11 +218,19 @@ class MetricsServer:
         self.thread.join(timeout=5)
 
 
-def start_metrics_server(settings: MetricsSettings | None = None, *,
-                         registry: CollectorRegistry = REGISTRY) -> MetricsServer | None:
-    """Serve ``registry`` over HTTP in a daemon thread; ``None`` when metrics are disabled."""
+def start_metrics_server(settings: MetricsSettings | None = None, *, registry: CollectorRegistry = REGISTRY,
+                         port_setting: str = "MERIDIAN_METRICS_PORT") -> MetricsServer | None:
+    """Serve ``registry`` over HTTP in a daemon thread; ``None`` when metrics are disabled. A port that
+    cannot be bound (in use, an address not this machine's) is a :class:`~meridian.errors.UserError`
+    naming it and ``port_setting``, the option or variable that chooses another."""
     settings = settings or MetricsSettings()
     if not settings.enabled:
         return None
-    server, thread = start_http_server(settings.port, addr=settings.address, registry=registry)
+    try:
+        server, thread = start_http_server(settings.port, addr=settings.address, registry=registry)
+    except OSError as exc:
+        from meridian.errors import bind_error
+
+        raise bind_error(exc, what="the metrics", host=settings.address, port=settings.port,
+                         setting=port_setting) from exc
     return MetricsServer(server, thread)

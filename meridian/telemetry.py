@@ -71,6 +71,7 @@ class TelemetryBatch:
     carbon_g_per_kwh: np.ndarray  # float64
     pue: np.ndarray  # float64
     unschedulable: np.ndarray  # bool
+    carbon_known: np.ndarray  # bool: carbon_source is not CARBON_SOURCE_NONE
     gpu_reported: np.ndarray  # bool: the report listed its GPU devices
     gpu_free_milli: np.ndarray  # int64 (m, MAX_GPUS); slots past the device count hold 0
     gpu_devices_listed: np.ndarray  # int64: devices the report listed (may exceed MAX_GPUS: invalid)
@@ -97,7 +98,8 @@ class TelemetryBatch:
 
 _ARRAY_FIELDS = ("sequence", "observed_s", "alloc_milli_cpu", "alloc_memory_bytes", "gpu_count", "req_milli_cpu",
                  "req_memory_bytes", "used_milli_cpu", "used_memory_bytes", "power_watts", "energy_joules",
-                 "carbon_g_per_kwh", "pue", "unschedulable", "gpu_reported", "gpu_free_milli", "gpu_devices_listed")
+                 "carbon_g_per_kwh", "pue", "unschedulable", "gpu_reported", "gpu_free_milli", "gpu_devices_listed",
+                 "carbon_known")
 
 
 # The fields read from every report, in one C-level attrgetter call; node first, labels_included last.
@@ -105,7 +107,7 @@ _READ_NAMES = ("node", "cluster", "sequence", "observed_unix_ms", "capacity_mill
                "capacity_gpu", "allocatable_milli_cpu", "allocatable_memory_bytes", "allocatable_gpu",
                "requested_milli_cpu", "requested_memory_bytes", "used_milli_cpu", "used_memory_bytes",
                "power_watts", "energy_joules", "carbon_g_per_kwh", "pue", "unschedulable", "gpu_model",
-               "labels_included")
+               "carbon_source", "labels_included")
 _READ_FIELDS = attrgetter(*_READ_NAMES)
 _GPU_FREE = attrgetter("gpu_free_milli")
 _PAYLOAD_OF = itemgetter(1)  # StreamEntry.payload
@@ -203,6 +205,7 @@ def _assemble(*, node: list[str], gpu_model: list[str], entries: list[StreamEntr
         power_watts=float_col("power_watts"), energy_joules=float_col("energy_joules"),
         carbon_g_per_kwh=float_col("carbon_g_per_kwh"), pue=float_col("pue"),
         unschedulable=int_col("unschedulable") != 0, gpu_reported=gpu_counts > 0, gpu_free_milli=gpu_free,
+        carbon_known=int_col("carbon_source") != telemetry_pb2.CARBON_SOURCE_NONE,
         gpu_model=gpu_model, labels=labels, taints=taints, entries=entries, gpu_devices_listed=gpu_counts,
     )
 
@@ -307,7 +310,8 @@ def assign_measurements(state: ClusterState, batch: TelemetryBatch, rows: np.nda
     state.used_memory_bytes[nodes] = batch.used_memory_bytes[rows]
     state.power_watts[nodes] = batch.power_watts[rows]
     state.energy_joules[nodes] = batch.energy_joules[rows]
-    state.carbon_g_per_kwh[nodes] = batch.carbon_g_per_kwh[rows]
+    # A node with no carbon source leaves its intensity unknown (NaN), not a 0 g/kWh grid.
+    state.carbon_g_per_kwh[nodes] = np.where(batch.carbon_known[rows], batch.carbon_g_per_kwh[rows], np.nan)
     return np.where(batch.pue[rows] >= 1.0, batch.pue[rows], np.nan)
 
 

@@ -4,7 +4,8 @@ Two parts:
 1. **Live**: regional schedulers on simulated clusters (real openb nodes), the global scheduler's
    gRPC API on loopback and energy accounting, over Redis streams (``--bus``; a private
    ``redis-server`` is started when none answers, and the in-process bus is the last resort).
-   Workloads from the DLRM trace are submitted through the API and followed until they run.
+   Workloads from the DLRM trace are submitted through the API and followed until they run. Its Redis
+   keys live under a private prefix (``demo-<id>:``), all removed when the part ends (``embedded``).
 2. **Replay**: the same routing policies over days of the held-back window of the federation
    simulator (real carbon and prices), compared with Karmada's and greedy lowest-carbon routing,
    saved with ``--save-run`` for ``meridian report energy --run DIR``.
@@ -26,7 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from meridian.cli import CliRoot
-from meridian.traces import default_traces_dir
+from meridian.traces import TracesNotFoundError, locate_traces
 
 console = Console(width=None if Console().is_terminal else 140)
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def _choose_bus(bus: str | None) -> tuple[str, Any]:
 def live_part(cfg: Any, bus_url: str, traces_dir: Path) -> dict[str, Any]:
     import grpc
 
-    from global_scheduler.accounting.report import ReportQuery
+    from global_scheduler.accounting.report import UNATTRIBUTED_NOTE, ReportQuery
     from global_scheduler.accounting.service import fetch_report
     from meridian_demo import embedded
     from protos import global_api_pb2 as api
@@ -97,8 +98,9 @@ def live_part(cfg: Any, bus_url: str, traces_dir: Path) -> dict[str, Any]:
         for col in ("cluster", "region", "ready", "nodes", "gCO2/kWh", "free CPU", "free GPUs", "running"):
             table.add_column(col, justify="left" if col in ("cluster", "region") else "right")
         running = Counter(w.cluster for w in current if w.state == api.WORKLOAD_STATE_RUNNING)
-        for c in sorted(clusters, key=lambda c: c.carbon_g_per_kwh):
-            table.add_row(c.name, c.region, "yes" if c.ready else "no", str(c.nodes), f"{c.carbon_g_per_kwh:.0f}",
+        for c in sorted(clusters, key=lambda c: (c.carbon_unknown, c.carbon_g_per_kwh)):
+            table.add_row(c.name, c.region, "yes" if c.ready else "no", str(c.nodes),
+                          "unknown" if c.carbon_unknown else f"{c.carbon_g_per_kwh:.0f}",
                           f"{c.free_milli_cpu / 1000:.0f}", str(c.free_gpus), str(running.get(c.name, 0)))
         console.print(table)
         states = Counter(_state_name(w.state) for w in current)
@@ -122,8 +124,8 @@ def live_part(cfg: Any, bus_url: str, traces_dir: Path) -> dict[str, Any]:
                 console.print(etable)
                 energy = {k: v.model_dump(mode="json") for k, v in report.regions.items()}
                 tenants = report
-                ttable = Table(title="the same energy by tenant (shared out by requests; (unattributed): "
-                                     "unrequested capacity)")
+                ttable = Table(title="the same energy by tenant (shared out by requests), largest first",
+                               caption=UNATTRIBUTED_NOTE)
                 for col in ("tenant", "energy Wh", "carbon g", "share"):
                     ttable.add_column(col, justify="left" if col == "tenant" else "right")
                 total_kwh = tenants.totals.energy_kwh or 1.0
@@ -140,7 +142,8 @@ def live_part(cfg: Any, bus_url: str, traces_dir: Path) -> dict[str, Any]:
                 by_region[w.region] += w.spec.replicas
         return {"workloads": len(ids), "states": dict(states), "replicas_running_by_region": dict(by_region),
                 "carbon_g_per_kwh": fed.carbon, "energy": energy,
-                "energy_by_tenant": energy_by_tenant, "wall_s": time.perf_counter() - t0}
+                "energy_by_tenant": energy_by_tenant, "wall_s": time.perf_counter() - t0,
+                "redis_key_prefix": fed.key_prefix}  # every key under it is removed when the live part ends
     finally:
         fed.close()
 
@@ -165,8 +168,22 @@ def tenant_rows(groups: dict[str, tuple[float, float]], top: int = TOP_TENANTS) 
     return rows
 
 
+def replay_summary(results: dict[str, dict[str, Any]], policy: str = "gnn", baseline: str = "karmada") -> str | None:
+    """The replay's one-line verdict: ``policy``'s carbon against ``baseline``'s, "for the same work" only when
+    it was, otherwise both amounts of work, the failures when they differ and carbon per replica-hour."""
+    from global_scheduler.accounting.work import WorkDone, carbon_claim
+
+    if policy not in results or baseline not in results:
+        return None
+    mine, theirs = results[policy], results[baseline]
+    return carbon_claim(policy=policy, carbon_kg=mine["carbon_kg"], work=WorkDone.from_result(mine),
+                        baseline=baseline, baseline_carbon_kg=theirs["carbon_kg"],
+                        baseline_work=WorkDone.from_result(theirs))
+
+
 def replay_part(days: int, clusters: int, save_run: Path | None, traces_dir: Path) -> dict[str, Any]:
     from global_scheduler.accounting.run_store import FederationRunHook, save_federation_run
+    from global_scheduler.accounting.work import WorkDone
     from global_scheduler.bench_routing import bench_config, comparison, run_routing_bench
 
     cfg = bench_config(start="12-01", days=days, clusters=clusters, traces_dir=traces_dir)
@@ -188,10 +205,12 @@ def replay_part(days: int, clusters: int, save_run: Path | None, traces_dir: Pat
                       str(r["failures"]), str(r["deadline_misses"]), f"{r['jain_fairness']:.3f}")
     console.print(table)
     summary = comparison(results)
-    if "carbon_reduction_vs_karmada" in summary and summary["carbon_reduction_vs_karmada"] is not None:
-        console.print(f"gnn emitted {100 * summary['carbon_reduction_vs_karmada']:.1f}% less carbon than karmada")
+    line = replay_summary(results)
+    if line is not None:
+        console.print(line)
     if save_run is not None:
-        path = save_federation_run(save_run, hooks, provenance={"command": "meridian demo", "days": days})
+        path = save_federation_run(save_run, hooks, provenance={"command": "meridian demo", "days": days},
+                                   work={name: WorkDone.from_result(r) for name, r in results.items()})
         console.print(f"run saved to {path}; report it with: meridian report energy --run {path} --plot energy.png")
     return {"policies": results, "comparison": summary}
 
@@ -213,9 +232,12 @@ def demo(
     """Run every tier on this machine: live routing and placement over Redis and gRPC, then a replay."""
     from meridian_demo.embedded import DemoConfig
 
-    traces_dir = default_traces_dir()
-    if not traces_dir.is_dir():
-        raise typer.BadParameter(f"shared traces not found at {traces_dir}; set MERIDIAN_TRACES")
+    try:
+        traces = locate_traces()
+    except TracesNotFoundError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    console.print(traces.describe())
+    traces_dir = traces.path
     cfg = DemoConfig(clusters_per_region=clusters_per_region, nodes_per_cluster=nodes_per_cluster,
                      workloads=workloads, routing=routing, placement=placement, seed=seed)
     bus_url, private = _choose_bus(bus)

@@ -4,6 +4,12 @@ workloads from the real DLRM trace — all in one process, talking over one stre
 
 Regions take their grid carbon intensity from the real hourly series (``../shared/traces/carbon``)
 at a fixed hour of the held-back evaluation window, so routing sees real differences between grids.
+
+Every Redis key of a run lives under its own prefix ``demo-<8 hex>:`` (streams, workload store,
+energy ledger), so demos and tests sharing one Redis never meet; :meth:`Federation.close` stops every
+thread that writes and then unlinks every key under that prefix (``meridian.bus.cleanup``), so a run
+leaves nothing behind, interrupted (Ctrl-C) or not. Only a killed process leaves its keys; remove them
+with ``redis-cli --scan --pattern 'demo-<id>:*' | xargs redis-cli unlink``.
 """
 
 from __future__ import annotations
@@ -127,6 +133,19 @@ class Federation:
         self.server.stop(0.5)
         for t in self.threads:
             t.join(timeout=5)
+        if not self.bus_url.startswith("memory:"):  # nothing writes any more: remove the run's keys
+            from meridian.bus import redis_client
+            from meridian.bus.cleanup import delete_key_prefix
+
+            client = redis_client(self.bus_url)
+            try:
+                removed = delete_key_prefix(client, self.key_prefix)
+            except redis.RedisError as exc:
+                log.warning("could not remove the demo's keys under %s: %s", self.key_prefix, exc)
+            else:
+                log.debug("removed %d Redis keys under %s", removed, self.key_prefix)
+            finally:
+                client.close()
 
 
 def _bus(url: str, key_prefix: str, shared: StreamBus | None) -> StreamBus:
@@ -146,6 +165,7 @@ def start_federation(cfg: DemoConfig, *, bus_url: str, traces_dir: Path) -> Fede
     engine = GlobalScheduler(settings=settings, bus=_bus(bus_url, key_prefix, shared))
     extra = []
     accounting_stop = None
+    accounting_threads: list[threading.Thread] = []
     if shared is None:
         from global_scheduler.accounting.consumer import SummaryAccountant, start_accounting
         from global_scheduler.accounting.ledger import RedisLedger
@@ -161,9 +181,11 @@ def start_federation(cfg: DemoConfig, *, bus_url: str, traces_dir: Path) -> Fede
         accountant = SummaryAccountant(bus=open_bus(bus_url, key_prefix=key_prefix), ledger=ledger,
                                        consumer="demo-accounting", price_per_mwh=lambda region, t_s: 100.0,
                                        block_ms=100)
-        _, accounting_stop = start_accounting(accountant)
+        accounting_thread, accounting_stop = start_accounting(accountant)
+        accounting_threads.append(accounting_thread)
     server = build_server(engine, extra_services=extra)
     fed = Federation(bus_url, key_prefix, server, engine, accounting=accounting_stop)
+    fed.threads.extend(accounting_threads)  # joined on close, before the keys go
 
     nodes = openb.load_nodes(traces_dir / "alibaba-gpu-v2023" / "openb_node_list_gpu_node.csv")
     order = np.random.default_rng(cfg.seed).permutation(len(nodes))

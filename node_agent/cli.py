@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,8 +24,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def build_agent(settings: AgentSettings) -> NodeAgent:
-    """Wire collectors, reporter and publisher from settings (no threads started)."""
+def build_agent(settings: AgentSettings, *, notify: Callable[[str], None] | None = None) -> NodeAgent:
+    """Wire collectors, reporter and publisher from settings (no threads started). ``notify`` receives the
+    publisher's line when the bus goes away and when it is back (None: they are logged)."""
     from meridian.bus import open_bus, telemetry_stream
     from meridian.carbon_feed import CarbonFeed
     from meridian.fleet import SimulatedFleet
@@ -64,7 +66,8 @@ def build_agent(settings: AgentSettings) -> NodeAgent:
     publisher = ReportPublisher(bus=bus, stream=telemetry_stream(settings.cluster),
                                 buffer_max=min(settings.publish.buffer_reports_per_node * reporter.n_nodes,
                                                settings.publish.buffer_max_reports),
-                                maxlen=settings.publish.stream_maxlen, backoff_s=settings.publish.backoff_s)
+                                maxlen=settings.publish.stream_maxlen, backoff_s=settings.publish.backoff_s,
+                                notify=notify)
     return NodeAgent(reporter=reporter, publisher=publisher, interval_s=settings.publish.interval_s,
                      jitter_s=settings.publish.jitter_s, seed=settings.node_name)
 
@@ -99,12 +102,20 @@ def agent(
         settings.carbon = settings.carbon.model_copy(update={"source": "file", "file": carbon_file})
     if interval_s is not None:
         settings.publish = settings.publish.model_copy(update={"interval_s": interval_s})
-    node_agent = build_agent(settings)
-    health = HealthServer(port=settings.health_port, address=settings.health_address, live=node_agent.live,
-                          ready=node_agent.ready).start()
+    from meridian.bus import redact_url
+    from meridian.errors import bind_error
+
+    node_agent = build_agent(settings, notify=lambda message: typer.echo(f"agent: {message}", err=True))
+    try:
+        health = HealthServer(port=settings.health_port, address=settings.health_address, live=node_agent.live,
+                              ready=node_agent.ready).start()
+    except OSError as exc:
+        raise bind_error(exc, what="the agent's health", host=settings.health_address, port=settings.health_port,
+                         setting="--health-port or MERIDIAN_AGENT_HEALTH_PORT") from exc
     stop = threading.Event()
-    typer.echo(f"agent: {node_agent.reporter.n_nodes} node(s) → {telemetry_stream(settings.cluster)} every "
-               f"{settings.publish.interval_s:g} s; health on {settings.health_address}:{health.port}")
+    typer.echo(f"agent: {node_agent.reporter.n_nodes} node(s) → {telemetry_stream(settings.cluster)} at "
+               f"{redact_url(settings.bus_url)} every {settings.publish.interval_s:g} s; health on "
+               f"{settings.health_address}:{health.port}")
     try:
         if ticks:
             for _ in range(ticks):

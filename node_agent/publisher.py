@@ -7,7 +7,10 @@ buffer as one pipelined batch. While the bus is unreachable the buffer keeps the
 ``buffer_max`` reports and drops the oldest beyond that, counting them (``dropped_total``): fresh
 telemetry is worth more than old, and an agent must never grow without bound during a long outage.
 Retries follow a back-off sequence (kopf-style ``backoff_s``; the last delay repeats) so a fleet of
-agents does not hammer a recovering Redis in lock-step.
+agents does not hammer a recovering Redis in lock-step. An outage is said twice, never more: one line when
+publishing starts failing (why, and what is buffered against which cap) and one when it works again (how
+long it lasted, what was sent and dropped); ``notify`` receives them (``meridian agent`` prints them),
+else they are logged.
 
 Hazards
 -------
@@ -39,7 +42,7 @@ PUBLISH_FAILURES = observability.counter("meridian_agent_publish_failures_total"
 class ReportPublisher:
     def __init__(self, *, bus: StreamBus, stream: str, buffer_max: int = 10_000, maxlen: int | None = 1_000_000,
                  backoff_s: Sequence[float] = (0.5, 1.0, 2.0, 5.0, 10.0),
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, notify: Callable[[str], None] | None = None) -> None:
         if buffer_max < 1:
             raise ValueError("buffer_max must be at least 1")
         self.bus, self.stream, self.buffer_max, self.maxlen = bus, stream, buffer_max, maxlen
@@ -51,6 +54,9 @@ class ReportPublisher:
         self.failures = 0
         self.last_success_s: float | None = None
         self._retry_at = float("-inf")
+        self.notify = notify
+        self._outage_since_s: float | None = None
+        self._dropped_before_outage = 0
 
     def submit(self, payloads: Sequence[bytes]) -> None:
         self.buffer.extend(payloads)
@@ -74,7 +80,9 @@ class ReportPublisher:
             self.bus.publish_many(self.stream, batch, maxlen=self.maxlen)
         except (BusUnavailableError, BusError) as exc:
             if not self.failures:  # once per outage: why (down, refused password, an ACL that forbids it)
-                log.warning("cannot publish to %s: %s; buffering reports and retrying", self.stream, exc)
+                self._outage_since_s, self._dropped_before_outage = now, self.dropped_total
+                self._say(f"cannot publish to {self.stream}: {exc}; buffering {len(self.buffer)} reports (cap "
+                          f"{self.buffer_max}, the oldest dropped beyond it) and retrying", level=logging.WARNING)
             self._retry_at = now + self.backoff_s[min(self.failures, len(self.backoff_s) - 1)]
             self.failures += 1
             PUBLISH_FAILURES.inc()
@@ -87,4 +95,15 @@ class ReportPublisher:
         self.last_success_s = now
         PUBLISHED.inc(len(batch))
         BUFFERED.set(len(self.buffer))
+        if self._outage_since_s is not None:
+            self._say(f"publishing to {self.stream} again after {now - self._outage_since_s:.0f} s: sent {len(batch)} "
+                      f"buffered reports, dropped {self.dropped_total - self._dropped_before_outage}",
+                      level=logging.INFO)
+            self._outage_since_s = None
         return True
+
+    def _say(self, message: str, *, level: int) -> None:
+        if self.notify is not None:
+            self.notify(message)
+        else:
+            log.log(level, "%s", message)

@@ -49,8 +49,9 @@ class PowerSettings(BaseModel):
 
 class CarbonSettings(BaseModel):
     source: Literal["static", "file", "redis"] = Field("static", description="Where grid intensity comes from.")
-    g_per_kwh: float = Field(0.0, ge=0, description="The static intensity (gCO2/kWh), and the fallback before "
-                             "the first good read.")
+    g_per_kwh: float | None = Field(None, ge=0, description="The static intensity (gCO2/kWh), and the fallback "
+                                    "before the first good read; unset: reports say CARBON_SOURCE_NONE and the "
+                                    "cluster's intensity shows as unknown (not as a 0 g/kWh grid).")
     file: Path | None = Field(None, description="A carbon series CSV (Electricity Maps or Let's Wait Awhile).")
     offset_s: float = Field(0.0, description="Replay offset into the file's series (s).")
     column: Literal["direct", "LCA"] = Field("direct", description="Electricity Maps column.")

@@ -107,17 +107,33 @@ class EnergyBucket(_message.Message):
     totals: EnergyTotals
     def __init__(self, start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., key: _Optional[str] = ..., totals: _Optional[_Union[EnergyTotals, _Mapping]] = ...) -> None: ...
 
+class WorkDone(_message.Message):
+    __slots__ = ("replica_hours", "placed", "failures", "slo_violations")
+    REPLICA_HOURS_FIELD_NUMBER: _ClassVar[int]
+    PLACED_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    SLO_VIOLATIONS_FIELD_NUMBER: _ClassVar[int]
+    replica_hours: float
+    placed: int
+    failures: int
+    slo_violations: int
+    def __init__(self, replica_hours: _Optional[float] = ..., placed: _Optional[int] = ..., failures: _Optional[int] = ..., slo_violations: _Optional[int] = ...) -> None: ...
+
 class Counterfactual(_message.Message):
-    __slots__ = ("policy", "totals", "carbon_saved_kg", "carbon_saved_ratio")
+    __slots__ = ("policy", "totals", "carbon_saved_kg", "carbon_saved_ratio", "work", "counterfactual_work")
     POLICY_FIELD_NUMBER: _ClassVar[int]
     TOTALS_FIELD_NUMBER: _ClassVar[int]
     CARBON_SAVED_KG_FIELD_NUMBER: _ClassVar[int]
     CARBON_SAVED_RATIO_FIELD_NUMBER: _ClassVar[int]
+    WORK_FIELD_NUMBER: _ClassVar[int]
+    COUNTERFACTUAL_WORK_FIELD_NUMBER: _ClassVar[int]
     policy: str
     totals: EnergyTotals
     carbon_saved_kg: float
     carbon_saved_ratio: float
-    def __init__(self, policy: _Optional[str] = ..., totals: _Optional[_Union[EnergyTotals, _Mapping]] = ..., carbon_saved_kg: _Optional[float] = ..., carbon_saved_ratio: _Optional[float] = ...) -> None: ...
+    work: WorkDone
+    counterfactual_work: WorkDone
+    def __init__(self, policy: _Optional[str] = ..., totals: _Optional[_Union[EnergyTotals, _Mapping]] = ..., carbon_saved_kg: _Optional[float] = ..., carbon_saved_ratio: _Optional[float] = ..., work: _Optional[_Union[WorkDone, _Mapping]] = ..., counterfactual_work: _Optional[_Union[WorkDone, _Mapping]] = ...) -> None: ...
 
 class EnergyReport(_message.Message):
     __slots__ = ("source", "policy", "group_by", "currency", "since", "until", "bucket_seconds", "regions", "groups", "totals", "buckets", "counterfactual", "notes", "resolution_seconds")

@@ -153,7 +153,7 @@ class CancelWorkloadRequest(_message.Message):
     def __init__(self, id: _Optional[str] = ...) -> None: ...
 
 class Cluster(_message.Message):
-    __slots__ = ("name", "region", "ready", "last_seen_unix_s", "allocatable_milli_cpu", "free_milli_cpu", "allocatable_memory_bytes", "free_memory_bytes", "gpus", "free_gpus", "nodes", "carbon_g_per_kwh", "price_per_mwh", "queued_workloads")
+    __slots__ = ("name", "region", "ready", "last_seen_unix_s", "allocatable_milli_cpu", "free_milli_cpu", "allocatable_memory_bytes", "free_memory_bytes", "gpus", "free_gpus", "nodes", "carbon_g_per_kwh", "price_per_mwh", "queued_workloads", "carbon_unknown")
     NAME_FIELD_NUMBER: _ClassVar[int]
     REGION_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
@@ -168,6 +168,7 @@ class Cluster(_message.Message):
     CARBON_G_PER_KWH_FIELD_NUMBER: _ClassVar[int]
     PRICE_PER_MWH_FIELD_NUMBER: _ClassVar[int]
     QUEUED_WORKLOADS_FIELD_NUMBER: _ClassVar[int]
+    CARBON_UNKNOWN_FIELD_NUMBER: _ClassVar[int]
     name: str
     region: str
     ready: bool
@@ -182,7 +183,8 @@ class Cluster(_message.Message):
     carbon_g_per_kwh: float
     price_per_mwh: float
     queued_workloads: int
-    def __init__(self, name: _Optional[str] = ..., region: _Optional[str] = ..., ready: _Optional[bool] = ..., last_seen_unix_s: _Optional[float] = ..., allocatable_milli_cpu: _Optional[int] = ..., free_milli_cpu: _Optional[int] = ..., allocatable_memory_bytes: _Optional[int] = ..., free_memory_bytes: _Optional[int] = ..., gpus: _Optional[int] = ..., free_gpus: _Optional[int] = ..., nodes: _Optional[int] = ..., carbon_g_per_kwh: _Optional[float] = ..., price_per_mwh: _Optional[float] = ..., queued_workloads: _Optional[int] = ...) -> None: ...
+    carbon_unknown: bool
+    def __init__(self, name: _Optional[str] = ..., region: _Optional[str] = ..., ready: _Optional[bool] = ..., last_seen_unix_s: _Optional[float] = ..., allocatable_milli_cpu: _Optional[int] = ..., free_milli_cpu: _Optional[int] = ..., allocatable_memory_bytes: _Optional[int] = ..., free_memory_bytes: _Optional[int] = ..., gpus: _Optional[int] = ..., free_gpus: _Optional[int] = ..., nodes: _Optional[int] = ..., carbon_g_per_kwh: _Optional[float] = ..., price_per_mwh: _Optional[float] = ..., queued_workloads: _Optional[int] = ..., carbon_unknown: _Optional[bool] = ...) -> None: ...
 
 class ListClustersRequest(_message.Message):
     __slots__ = ()

@@ -21,6 +21,7 @@ class CarbonSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CARBON_SOURCE_REDIS_KEY: _ClassVar[CarbonSource]
     CARBON_SOURCE_STATIC: _ClassVar[CarbonSource]
     CARBON_SOURCE_SIMULATED: _ClassVar[CarbonSource]
+    CARBON_SOURCE_NONE: _ClassVar[CarbonSource]
 POWER_SOURCE_UNSPECIFIED: PowerSource
 POWER_SOURCE_RAPL: PowerSource
 POWER_SOURCE_MODEL: PowerSource
@@ -30,6 +31,7 @@ CARBON_SOURCE_FEED_FILE: CarbonSource
 CARBON_SOURCE_REDIS_KEY: CarbonSource
 CARBON_SOURCE_STATIC: CarbonSource
 CARBON_SOURCE_SIMULATED: CarbonSource
+CARBON_SOURCE_NONE: CarbonSource
 
 class ResourceVector(_message.Message):
     __slots__ = ("milli_cpu", "memory_bytes", "gpu", "gpu_milli")
@@ -131,7 +133,7 @@ class NodeTelemetry(_message.Message):
     def __init__(self, cluster: _Optional[str] = ..., region: _Optional[str] = ..., node: _Optional[str] = ..., sequence: _Optional[int] = ..., observed_unix_ms: _Optional[int] = ..., sent_unix_ms: _Optional[int] = ..., capacity_milli_cpu: _Optional[int] = ..., capacity_memory_bytes: _Optional[int] = ..., capacity_gpu: _Optional[int] = ..., allocatable_milli_cpu: _Optional[int] = ..., allocatable_memory_bytes: _Optional[int] = ..., allocatable_gpu: _Optional[int] = ..., requested_milli_cpu: _Optional[int] = ..., requested_memory_bytes: _Optional[int] = ..., used_milli_cpu: _Optional[float] = ..., used_memory_bytes: _Optional[float] = ..., power_watts: _Optional[float] = ..., power_source: _Optional[_Union[PowerSource, str]] = ..., energy_joules: _Optional[float] = ..., carbon_g_per_kwh: _Optional[float] = ..., carbon_source: _Optional[_Union[CarbonSource, str]] = ..., pue: _Optional[float] = ..., gpu_model: _Optional[str] = ..., gpu_free_milli: _Optional[_Iterable[int]] = ..., gpu_utilisation: _Optional[_Iterable[float]] = ..., gpu_power_watts: _Optional[_Iterable[float]] = ..., unschedulable: _Optional[bool] = ..., boot_id: _Optional[str] = ..., labels_included: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., taints: _Optional[_Iterable[_Union[Taint, _Mapping]]] = ..., pods_used_milli_cpu: _Optional[float] = ..., pods_used_memory_bytes: _Optional[float] = ...) -> None: ...
 
 class ClusterSummary(_message.Message):
-    __slots__ = ("cluster", "region", "sequence", "generated_unix_ms", "nodes_total", "nodes_schedulable", "nodes_stale", "allocatable", "requested", "free", "used", "gpu_free_milli", "gpu_devices_idle", "max_node_free_milli_cpu", "max_node_free_memory_bytes", "fragmentation_score", "power_watts", "energy_joules", "carbon_g_per_kwh", "carbon_g_per_s", "pue", "reports_applied", "idle_power_watts", "holdings", "holdings_complete")
+    __slots__ = ("cluster", "region", "sequence", "generated_unix_ms", "nodes_total", "nodes_schedulable", "nodes_stale", "allocatable", "requested", "free", "used", "gpu_free_milli", "gpu_devices_idle", "max_node_free_milli_cpu", "max_node_free_memory_bytes", "fragmentation_score", "power_watts", "energy_joules", "carbon_g_per_kwh", "carbon_g_per_s", "pue", "reports_applied", "idle_power_watts", "holdings", "holdings_complete", "carbon_unknown")
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     REGION_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
@@ -157,6 +159,7 @@ class ClusterSummary(_message.Message):
     IDLE_POWER_WATTS_FIELD_NUMBER: _ClassVar[int]
     HOLDINGS_FIELD_NUMBER: _ClassVar[int]
     HOLDINGS_COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    CARBON_UNKNOWN_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     region: str
     sequence: int
@@ -182,7 +185,8 @@ class ClusterSummary(_message.Message):
     idle_power_watts: float
     holdings: _containers.RepeatedCompositeFieldContainer[WorkloadHolding]
     holdings_complete: bool
-    def __init__(self, cluster: _Optional[str] = ..., region: _Optional[str] = ..., sequence: _Optional[int] = ..., generated_unix_ms: _Optional[int] = ..., nodes_total: _Optional[int] = ..., nodes_schedulable: _Optional[int] = ..., nodes_stale: _Optional[int] = ..., allocatable: _Optional[_Union[ResourceVector, _Mapping]] = ..., requested: _Optional[_Union[ResourceVector, _Mapping]] = ..., free: _Optional[_Union[ResourceVector, _Mapping]] = ..., used: _Optional[_Union[ResourceVector, _Mapping]] = ..., gpu_free_milli: _Optional[int] = ..., gpu_devices_idle: _Optional[int] = ..., max_node_free_milli_cpu: _Optional[int] = ..., max_node_free_memory_bytes: _Optional[int] = ..., fragmentation_score: _Optional[float] = ..., power_watts: _Optional[float] = ..., energy_joules: _Optional[float] = ..., carbon_g_per_kwh: _Optional[float] = ..., carbon_g_per_s: _Optional[float] = ..., pue: _Optional[float] = ..., reports_applied: _Optional[int] = ..., idle_power_watts: _Optional[float] = ..., holdings: _Optional[_Iterable[_Union[WorkloadHolding, _Mapping]]] = ..., holdings_complete: _Optional[bool] = ...) -> None: ...
+    carbon_unknown: bool
+    def __init__(self, cluster: _Optional[str] = ..., region: _Optional[str] = ..., sequence: _Optional[int] = ..., generated_unix_ms: _Optional[int] = ..., nodes_total: _Optional[int] = ..., nodes_schedulable: _Optional[int] = ..., nodes_stale: _Optional[int] = ..., allocatable: _Optional[_Union[ResourceVector, _Mapping]] = ..., requested: _Optional[_Union[ResourceVector, _Mapping]] = ..., free: _Optional[_Union[ResourceVector, _Mapping]] = ..., used: _Optional[_Union[ResourceVector, _Mapping]] = ..., gpu_free_milli: _Optional[int] = ..., gpu_devices_idle: _Optional[int] = ..., max_node_free_milli_cpu: _Optional[int] = ..., max_node_free_memory_bytes: _Optional[int] = ..., fragmentation_score: _Optional[float] = ..., power_watts: _Optional[float] = ..., energy_joules: _Optional[float] = ..., carbon_g_per_kwh: _Optional[float] = ..., carbon_g_per_s: _Optional[float] = ..., pue: _Optional[float] = ..., reports_applied: _Optional[int] = ..., idle_power_watts: _Optional[float] = ..., holdings: _Optional[_Iterable[_Union[WorkloadHolding, _Mapping]]] = ..., holdings_complete: _Optional[bool] = ..., carbon_unknown: _Optional[bool] = ...) -> None: ...
 
 class WorkloadHolding(_message.Message):
     __slots__ = ("workload", "tenant", "milli_cpu", "memory_bytes", "gpu_milli")

@@ -47,8 +47,12 @@ def bench_placement(
     for name in names:
         if name not in REGISTRY:
             raise typer.BadParameter(str(UnknownPolicyError(name)), param_hint="--policies")
+    from meridian.traces import TracesNotFoundError
+
     try:
         inp = bp.load_input(scenario, pods_csv=pods, nodes_csv=nodes)
+    except TracesNotFoundError:
+        raise  # one line naming the folder and $MERIDIAN_TRACES (meridian.errors), not a usage error
     except (ValueError, OSError) as exc:
         raise typer.BadParameter(str(exc)) from exc
     seed_list = bp.seeds_for(scenario, seeds)

@@ -30,12 +30,16 @@ It also publishes a ``ClusterSummary`` of its (simulated) cluster to ``meridian:
 reconciliation compares its dispatched workloads with.
 
 Hazards: the placement table lives in memory, so a restarted worker forgets its placements on a
-simulated cluster; malformed entries are dead-lettered.
+simulated cluster; malformed entries are dead-lettered. :meth:`DispatchWorker.run` waits out a bus it
+cannot reach with back-off, from its first call on; the command (:func:`main`) reaches the bus once
+before it serves and, when it cannot, says where it looked and exits 2, since at start a wrong URL or
+password is likelier than an outage.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 import uuid
@@ -76,11 +80,12 @@ class DispatchWorkerSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="MERIDIAN_DISPATCH_")
 
-    cluster: str = Field("local", description="This cluster's name (selects meridian:dispatch:{cluster}).")
+    cluster: str = Field("local", min_length=1, description="This cluster's name (selects meridian:dispatch:{cluster}).")
     bus_url: str = Field("redis://127.0.0.1:6379/0", description="Stream bus URL (redis://… or memory://).")
     publish_summaries: bool = Field(True, description="Publish ClusterSummary of the worker's own state; off when "
                                     "a telemetry consumer publishes this cluster's summaries.")
-    region: str = Field("local", description="Region reported in the cluster summaries.")
+    region: str = Field("local", min_length=1, description="Region reported in the cluster summaries; the global "
+                        "scheduler routes a workload here only if its allowed regions name it (or are empty).")
     policy: str = Field("best-fit", description="Placement policy name from regional_scheduler.policies.registry.")
     batch: int = Field(256, ge=1, description="Entries read per poll; a batch is acknowledged together.")
     block_ms: int = Field(200, ge=1, description="Longest wait for new entries per poll (ms).")
@@ -89,7 +94,8 @@ class DispatchWorkerSettings(BaseSettings):
     summary_interval_s: float = Field(5.0, gt=0, description="Seconds between summaries of a simulated cluster.")
     start_delay_s: float = Field(0.0, ge=0, description="Simulated pod start time (image pull, init): RUNNING "
                                  "follows SCHEDULED after this long; 0 = at once.")
-    carbon_g_per_kwh: float = Field(0.0, ge=0, description="Grid intensity reported for a simulated cluster.")
+    carbon_g_per_kwh: float | None = Field(None, ge=0, description="Grid intensity reported for a simulated "
+                                           "cluster; unset: its summaries say the intensity is unknown.")
     pue: float = Field(1.2, ge=1, description="PUE reported for a simulated cluster.")
     backoff_s: tuple[float, ...] = Field((0.2, 0.5, 1.0, 2.0, 5.0), description="Delays while the bus is down.")
     events_maxlen: int = Field(100_000, ge=1000, description="Approximate bound of the events stream (entries).")
@@ -306,6 +312,7 @@ class DispatchWorker:
 
     # ------------------------------------------------------------------ summaries
     def summary(self) -> tpb.ClusterSummary:
+        ci = self.settings.carbon_g_per_kwh or 0.0
         with self.lock, self.service.lock:
             st = self.state
             sched = st.schedulable
@@ -337,8 +344,8 @@ class DispatchWorker:
                 max_node_free_milli_cpu=int(free_cpu.max(initial=0)),
                 max_node_free_memory_bytes=int(free_mem.max(initial=0)),
                 fragmentation_score=seed_fragmentation_score(st) if st.n_nodes else 0.0,
-                power_watts=power, carbon_g_per_kwh=self.settings.carbon_g_per_kwh,
-                carbon_g_per_s=power * self.settings.pue * self.settings.carbon_g_per_kwh / 3.6e6,
+                power_watts=power, carbon_g_per_kwh=ci, carbon_g_per_s=power * self.settings.pue * ci / 3.6e6,
+                carbon_unknown=self.settings.carbon_g_per_kwh is None,
                 pue=self.settings.pue, idle_power_watts=idle, holdings=holdings, holdings_complete=True)
 
     def publish_summary(self) -> None:
@@ -392,26 +399,86 @@ def simulated_cluster(nodes: Sequence[Node], *, start: int = 0, count: int | Non
     return ClusterState.from_nodes(chosen)
 
 
+def _check_bus(bus: StreamBus, settings: DispatchWorkerSettings) -> None:
+    """Reach the bus once before serving: a worker that cannot is misconfigured more often than early, and
+    says so at once instead of retrying in its log. (Once started, an outage is waited out with back-off.)"""
+    from meridian.bus import redact_url
+    from meridian.bus.base import BusAuthenticationError
+    from meridian.errors import UserError, one_line
+
+    try:
+        bus.ensure_group(dispatch_stream(settings.cluster), GROUP, start_id="0")
+    except BusAuthenticationError:
+        raise  # its message names the user, the URL and where credentials come from
+    except BusUnavailableError as exc:
+        cause = exc.__cause__ if exc.__cause__ is not None else exc
+        raise UserError(f"Redis at {redact_url(settings.bus_url)} is unreachable ({one_line(cause)})",
+                        hint="start Redis there (redis-server), or point --bus-url or MERIDIAN_DISPATCH_BUS_URL at a "
+                             "running one") from exc
+    except BusError as exc:  # NOPERM (the ACL user may not create its consumer group), a wrong key type
+        raise UserError(f"Redis at {redact_url(settings.bus_url)} refused the worker's consumer group on "
+                        f"{dispatch_stream(settings.cluster)}: {one_line(exc)}",
+                        hint="use the meridian-regional user of deploy/redis/users.acl, or one with its rights") from exc
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m regional_scheduler.dispatch_worker``: one worker on a simulated cluster of openb nodes."""
+    """``python -m regional_scheduler.dispatch_worker``: one worker on a simulated cluster of openb nodes.
+
+    Settings come from ``MERIDIAN_DISPATCH_*`` (:class:`DispatchWorkerSettings`); the flags override them.
+    An everyday mistake at start (Redis unreachable, a bad setting, no traces) is one line on stderr,
+    ``error: <what>; <what to do>``, and exit status 2, as for ``meridian`` commands (:mod:`meridian.errors`);
+    ``--verbose`` shows the traceback too."""
     import argparse
     import signal
+    import traceback
 
     from meridian.bus import open_bus
+    from meridian.errors import USER_ERROR_EXIT, UserError, describe
     from meridian.traces.openb import load_nodes
 
-    parser = argparse.ArgumentParser(description=main.__doc__)
+    defaults = DispatchWorkerSettings.model_fields
+    parser = argparse.ArgumentParser(prog="python -m regional_scheduler.dispatch_worker",
+                                     description="One regional dispatch worker on a simulated cluster of openb "
+                                     "nodes. Settings: MERIDIAN_DISPATCH_* (the flags override them).")
+    parser.add_argument("--cluster", help="this cluster's name: it reads meridian:dispatch:CLUSTER "
+                        f"(default $MERIDIAN_DISPATCH_CLUSTER, else {defaults['cluster'].default!r})")
+    parser.add_argument("--region", help="the region its summaries report, which workloads' allowed regions name "
+                        f"(default $MERIDIAN_DISPATCH_REGION, else {defaults['region'].default!r})")
+    parser.add_argument("--bus-url", help="Redis URL of the stream bus "
+                        f"(default $MERIDIAN_DISPATCH_BUS_URL, else {defaults['bus_url'].default})")
     parser.add_argument("--nodes", type=int, default=50, help="openb nodes in the simulated cluster")
     parser.add_argument("--node-offset", type=int, default=0, help="first openb node of the slice")
+    parser.add_argument("--verbose", "-v", action="store_true", help="DEBUG logs, and the traceback of a mistake "
+                        "that stops the worker from starting")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = DispatchWorkerSettings()
-    state = simulated_cluster(load_nodes(), start=args.node_offset, count=args.nodes)
-    worker = DispatchWorker(bus=open_bus(settings.bus_url), state=state, settings=settings)
+    if args.nodes < 1 or args.node_offset < 0:
+        parser.error("--nodes must be at least 1 and --node-offset at least 0")
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    flags = {"cluster": args.cluster, "region": args.region, "bus_url": args.bus_url}
+    try:
+        settings = DispatchWorkerSettings(**{k: v for k, v in flags.items() if v is not None})
+        bus = open_bus(settings.bus_url)
+        _check_bus(bus, settings)
+        nodes = load_nodes()
+        if args.node_offset >= len(nodes):
+            raise UserError(f"--node-offset {args.node_offset} is past the last of the {len(nodes)} openb nodes",
+                            hint=f"give one below {len(nodes)}")
+        state = simulated_cluster(nodes, start=args.node_offset, count=args.nodes)
+    except Exception as exc:
+        mistake = describe(exc)
+        if mistake is None:
+            raise  # a bug: keep its traceback
+        if args.verbose:
+            traceback.print_exception(exc)
+        print(f"error: {mistake}", file=sys.stderr)
+        return USER_ERROR_EXIT
+    worker = DispatchWorker(bus=bus, state=state, settings=settings)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    log.info("dispatch worker for %s (%d nodes, policy %s)", settings.cluster, state.n_nodes, settings.policy)
+    log.info("dispatch worker for cluster %s in region %s (%d nodes, policy %s)", settings.cluster, settings.region,
+             state.n_nodes, settings.policy)
     worker.run(stop, summaries=settings.publish_summaries)
     return 0
 

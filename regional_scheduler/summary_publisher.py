@@ -9,6 +9,9 @@ fragmentation (:func:`meridian.metrics.seed_fragmentation_score`), and carbon:
     carbon_g_per_s = Σ_nodes power_W · PUE · intensity_g/kWh / 3.6e6      (W·g/kWh → g/s)
     carbon_g_per_kwh = Σ power · intensity / Σ power                      (power-weighted mean)
 
+both over the fresh nodes whose intensity is known (a node reporting ``CARBON_SOURCE_NONE`` has NaN);
+with none, ``carbon_unknown`` is set and both are 0, which the global tier shows as "unknown".
+
 :class:`SummaryPublisher` is the worker (kopf-like: keyword-only parameters, back-off over delays)
 that appends one summary per interval to ``meridian:summary``, trimmed to ``maxlen``.
 
@@ -81,10 +84,16 @@ def build_summary(tstate: SummarySource, *, region: str, sequence: int, now_s: f
         free_cpu = np.where(sched, st.free_milli_cpu, 0)
         free_mem = np.where(sched, st.free_memory_bytes, 0)
         power = np.where(fresh, np.nan_to_num(st.power_watts), 0.0)
-        intensity = np.nan_to_num(st.carbon_g_per_kwh)
+        carbon_known = fresh & ~np.isnan(st.carbon_g_per_kwh)
+        intensity = np.where(carbon_known, st.carbon_g_per_kwh, 0.0)
         pue = np.where(np.isnan(tstate.pue), 1.0, tstate.pue)
         total_power = float(power.sum())
         weighted = (lambda v: float((power * v).sum() / total_power)) if total_power > 0 else (lambda v: 0.0)
+        known_power = float(power[carbon_known].sum())
+        if known_power > 0:
+            carbon = float((power * intensity).sum() / known_power)
+        else:  # known intensities but no power drawn: their plain mean, still a grid figure
+            carbon = float(intensity[carbon_known].mean()) if carbon_known.any() else 0.0
         return pb.ClusterSummary(
             cluster=tstate.cluster, region=region, sequence=sequence, generated_unix_ms=int(now_s * 1000),
             nodes_total=st.n_nodes, nodes_schedulable=int(sched.sum()), nodes_stale=int(tstate.stale.sum()),
@@ -104,7 +113,7 @@ def build_summary(tstate: SummarySource, *, region: str, sequence: int, now_s: f
             fragmentation_score=seed_fragmentation_score(st) if st.n_nodes else 0.0,
             power_watts=total_power,
             energy_joules=float(np.nansum(st.energy_joules)),
-            carbon_g_per_kwh=weighted(intensity),
+            carbon_g_per_kwh=carbon, carbon_unknown=not carbon_known.any(),
             carbon_g_per_s=float((power * pue * intensity).sum() / JOULES_PER_KWH),
             pue=weighted(pue),
             reports_applied=tstate.applied_total,

@@ -43,8 +43,7 @@ if TYPE_CHECKING:
     from meridian.fleet import SimulatedFleet
 
 console = Console(width=None if Console().is_terminal else 160)
-DEFAULT_NODE_LIST = Path(__file__).resolve().parents[2] / "shared" / "traces" / "alibaba-gpu-v2023" / \
-    "openb_node_list_all_node.csv"
+DEFAULT_NODE_LIST = Path("alibaba-gpu-v2023") / "openb_node_list_all_node.csv"  # under the shared traces
 BENCH_CLUSTER = "bench"
 
 
@@ -182,7 +181,15 @@ def bench_telemetry(
         TelemetryState,
     )
 
-    node_list = node_list or (DEFAULT_NODE_LIST if DEFAULT_NODE_LIST.is_file() else None)
+    if node_list is None:
+        from meridian.traces import TracesNotFoundError, default_traces_dir
+
+        try:
+            candidate = default_traces_dir() / DEFAULT_NODE_LIST
+        except TracesNotFoundError as exc:
+            console.print(f"[yellow]synthetic node shapes: {exc}[/yellow]")
+        else:
+            node_list = candidate if candidate.is_file() else None
     key_prefix = f"bench-{os.getpid()}:"
     bus = RedisStreamBus(redis_url, key_prefix=key_prefix)
     stream = telemetry_stream(BENCH_CLUSTER)

@@ -22,18 +22,21 @@ from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from meridian import envtest
+from meridian.bus.cleanup import delete_key_prefix
 from meridian.envtest import ControlPlane
+from meridian.traces import TracesNotFoundError, locate_traces
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-TRACES = Path(os.environ.get("MERIDIAN_TRACES", SHARED / "traces"))
 
 
 @pytest.fixture(scope="session")
 def traces_dir() -> Path:
-    if not TRACES.is_dir():
-        pytest.fail(f"shared traces not found at {TRACES}; set MERIDIAN_TRACES")
-    return TRACES
+    """The shared traces by the product's one rule (``meridian.traces.locate_traces``)."""
+    try:
+        return locate_traces().path
+    except TracesNotFoundError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture
@@ -43,14 +46,15 @@ def redis_url() -> str:
 
 @pytest.fixture
 def key_prefix(redis_url: str) -> Iterator[str]:
-    """A unique key prefix; every key under it is deleted after the test."""
+    """A unique key prefix; every key under it, and only those (tests run in parallel on one Redis), is
+    unlinked after the test (``meridian.bus.cleanup``)."""
     prefix = f"test-{uuid.uuid4().hex[:12]}:"
     yield prefix
     client = redis.Redis.from_url(redis_url)
-    keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
+    try:
+        delete_key_prefix(client, prefix)
+    finally:
+        client.close()
 
 
 def free_port() -> int:

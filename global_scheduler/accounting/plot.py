@@ -22,6 +22,7 @@ from global_scheduler.accounting.report import (
     from_unix_s,
     to_unix_s,
 )
+from global_scheduler.accounting.work import work_differences
 from meridian.energy import JOULES_PER_KWH
 
 
@@ -82,6 +83,20 @@ def plot_from_buckets(series: EnergyReport, report: EnergyReport, path: str | Pa
     return _draw(report, starts, keys, it_j, fac_j, co2_g, bucket_s, Path(path))
 
 
+def counterfactual_caption(report: EnergyReport) -> str:
+    """The plot's short claim: ``2,153 kg (61.6%) less than karmada``, then whether it was the same work."""
+    cf = report.counterfactual
+    assert cf is not None
+    verb = "less" if cf.carbon_saved_kg >= 0 else "more"
+    head = f"{abs(cf.carbon_saved_kg):,.0f} kg ({abs(cf.carbon_saved_ratio):.1%}) {verb}\nthan {cf.policy}"
+    if cf.same_work is None:
+        return f"{head}\n(work done not recorded)"
+    if cf.same_work:
+        return f"{head}\nfor the same work"
+    assert cf.work is not None and cf.counterfactual_work is not None
+    return f"{head}, not the same work:\n" + "\n".join(work_differences(cf.work, cf.counterfactual_work))
+
+
 def _draw(report: EnergyReport, starts: np.ndarray, keys: list[str], it_j: np.ndarray, fac_j: np.ndarray,
           co2_g: np.ndarray, bucket_s: float, path: Path, grid_ci: np.ndarray | None = None) -> Path:
     regions = sorted(report.regions)
@@ -132,15 +147,16 @@ def _draw(report: EnergyReport, starts: np.ndarray, keys: list[str], it_j: np.nd
     ax_tot.set_yticks(y, names, fontsize=8)
     ax_tot.invert_yaxis()
     ax_tot.set_xlabel("carbon (kg CO₂e)")
-    ax_tot.set_title("totals", loc="left", fontsize=11)
-    for yi, r in zip(y, regions, strict=False):
-        t = report.regions[r]
-        ax_tot.annotate(f"{t.energy_kwh:,.0f} kWh\n{t.cost:,.0f} {report.currency}", (t.carbon_kg, yi),
-                        xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
+    ax_tot.set_title("carbon totals", loc="left", fontsize=11)
+    # Each label starts with the bar's own value and unit (kg CO₂e); energy and cost follow.
+    totals = [report.regions[r] for r in regions] + [report.totals] + (
+        [report.counterfactual.totals] if report.counterfactual is not None else [])
+    for yi, t in zip(y, totals, strict=True):
+        ax_tot.annotate(f"{t.carbon_kg:,.0f} kg CO₂e\n{t.energy_kwh:,.0f} kWh, {t.cost:,.0f} {report.currency}",
+                        (t.carbon_kg, yi), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
     if report.counterfactual is not None:
-        cf = report.counterfactual
-        ax_tot.text(0.02, 0.02, f"{cf.carbon_saved_kg:,.0f} kg ({cf.carbon_saved_ratio:.1%}) less\nthan {cf.policy}",
-                    transform=ax_tot.transAxes, fontsize=8, va="bottom")
+        ax_tot.text(0.0, -0.13, counterfactual_caption(report), transform=ax_tot.transAxes, fontsize=8,
+                    va="top")  # under the axis, clear of the bars
     ax_tot.margins(x=0.35)
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)

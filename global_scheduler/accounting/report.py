@@ -3,12 +3,17 @@
 The builder reads as its stages: validate the query against the source (unknown region or cluster,
 until before since, a bucket finer than the source resolves → :class:`ReportArgumentError` naming the
 argument), take the table, clip it to the time range (pro-rated), filter, total per region and per
-the requested grouping, bucket in time, and add the counterfactual policy's carbon for the same work
-when the source recorded one.
+the requested grouping, bucket in time, and add the counterfactual policy's carbon over the same time
+range when the source recorded one.
 
-The counterfactual compares the whole fleet over the same time range (the same work), even when the
-report is filtered to some regions: a policy that moves work between regions cannot be judged on one
-region alone. The report says so in its notes when a filter is set.
+The counterfactual compares the whole fleet over the same time range, even when the report is filtered
+to some regions: a policy that moves work between regions cannot be judged on one region alone. The
+report says so in its notes when a filter is set. Whether the two did the same work is judged by
+:mod:`global_scheduler.accounting.work` from what the run recorded (:class:`RecordsWork`), over the
+whole run only; :func:`counterfactual_sentence` says "for the same work" only then.
+
+Groups by tenant or workload are ordered by energy, largest first (regions and clusters by name), and
+the ``(unattributed)`` / ``(idle)`` row is explained in the report's notes wherever it appears.
 """
 
 from __future__ import annotations
@@ -17,17 +22,22 @@ import csv
 import io
 import math
 from datetime import UTC, datetime
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from global_scheduler.accounting.table import AccountingTable
+from global_scheduler.accounting.table import IDLE_WORKLOAD, UNATTRIBUTED_TENANT, AccountingTable
+from global_scheduler.accounting.work import WorkDone, carbon_claim, same_work
 from meridian.energy import JOULES_PER_KWH
 
 GroupBy = Literal["region", "cluster", "tenant", "workload"]
 GROUP_BY_VALUES: tuple[str, ...] = ("region", "cluster", "tenant", "workload")
 DEFAULT_COUNTERFACTUAL = "karmada"
+# Groupings whose rows are ordered by energy (largest first); the others by name.
+BY_ENERGY = ("tenant", "workload")
+UNATTRIBUTED_NOTE = (f"{UNATTRIBUTED_TENANT} / {IDLE_WORKLOAD}: energy no workload can be charged with — the idle "
+                     "power of capacity no pod requested, and active power while no pod used CPU (docs/energy.md)")
 
 
 class ReportArgumentError(ValueError):
@@ -55,6 +65,13 @@ class AccountingSource(Protocol):
     def span(self) -> tuple[float, float]: ...
     def table(self, *, policy: str | None = None, since_s: float | None = None,
               until_s: float | None = None) -> AccountingTable: ...
+
+
+@runtime_checkable
+class RecordsWork(Protocol):
+    """A source that recorded the work each policy did (a saved federation run), for "the same work"."""
+
+    def work(self, policy: str) -> WorkDone | None: ...
 
 
 class ReportQuery(BaseModel):
@@ -93,6 +110,17 @@ class Counterfactual(BaseModel):
     totals: EnergyTotals
     carbon_saved_kg: float
     carbon_saved_ratio: float
+    work: WorkDone | None = Field(None, description="What the reported policy did over the run; None: unknown.")
+    counterfactual_work: WorkDone | None = Field(None, description="What the counterfactual policy did.")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def same_work(self) -> bool | None:
+        """True only when both did the same work (:func:`~global_scheduler.accounting.work.same_work`);
+        None when it is not known."""
+        if self.work is None or self.counterfactual_work is None:
+            return None
+        return same_work(self.work, self.counterfactual_work)
 
 
 class EnergyReport(BaseModel):
@@ -140,9 +168,17 @@ def _sum_table(table: AccountingTable, duration_s: float) -> EnergyTotals:
 
 def _grouped(table: AccountingTable, by: str, duration_s: float) -> dict[str, EnergyTotals]:
     keys, sums = table.group_sums(by)
-    return {str(k): _totals(float(sums["it_energy_joules"][i]), float(sums["facility_energy_joules"][i]),
-                            float(sums["carbon_grams"][i]), float(sums["cost"][i]), float(sums["unknown_s"][i]),
-                            duration_s) for i, k in enumerate(keys)}
+    return order_groups(by, {str(k): _totals(float(sums["it_energy_joules"][i]),
+                                             float(sums["facility_energy_joules"][i]), float(sums["carbon_grams"][i]),
+                                             float(sums["cost"][i]), float(sums["unknown_s"][i]), duration_s)
+                             for i, k in enumerate(keys)})
+
+
+def order_groups(by: str, groups: dict[str, EnergyTotals]) -> dict[str, EnergyTotals]:
+    """Tenants and workloads by energy, largest first (ties by name); regions and clusters by name."""
+    if by in BY_ENERGY:
+        return dict(sorted(groups.items(), key=lambda kv: (-kv[1].energy_kwh, kv[0])))
+    return dict(sorted(groups.items()))
 
 
 def _validate(source: AccountingSource, q: ReportQuery) -> tuple[float, float, str, str | None]:
@@ -219,23 +255,48 @@ def build_report(source: AccountingSource, query: ReportQuery | None = None) -> 
         cf = _sum_table(cf_table, duration_s)
         actual = _sum_table(whole, duration_s)
         saved = cf.carbon_kg - actual.carbon_kg
+        # The recorded work is the whole run's: over part of its time range it is not known.
+        whole_run = (since_s, until_s) == source.span()
+        works = source if isinstance(source, RecordsWork) and whole_run else None
         cf_model = Counterfactual(policy=counterfactual, totals=cf, carbon_saved_kg=saved,
-                                  carbon_saved_ratio=saved / cf.carbon_kg if cf.carbon_kg > 0 else 0.0)
+                                  carbon_saved_ratio=saved / cf.carbon_kg if cf.carbon_kg > 0 else 0.0,
+                                  work=works.work(policy) if works else None,
+                                  counterfactual_work=works.work(counterfactual) if works else None)
         if q.regions or q.clusters:
             notes.append(f"the counterfactual ({counterfactual}) compares the whole fleet's work over the same "
                          "time range, not only the selected regions/clusters")
     totals = _sum_table(table, duration_s)
+    groups = _grouped(table, q.group_by, duration_s)
+    if UNATTRIBUTED_TENANT in groups or IDLE_WORKLOAD in groups:
+        notes.append(UNATTRIBUTED_NOTE)
     if totals.unknown_seconds > 0:
         notes.append(f"{totals.unknown_seconds:.0f} cluster-seconds had no telemetry; their energy is not "
                      "interpolated and not counted")
     return EnergyReport(
         regions=_grouped(table, "region", duration_s), totals=totals, group_by=q.group_by,
-        groups=_grouped(table, q.group_by, duration_s), source=source.name, policy=policy,
+        groups=groups, source=source.name, policy=policy,
         currency=source.currency, since=from_unix_s(since_s), until=from_unix_s(until_s),
         bucket_seconds=q.bucket_seconds, resolution_seconds=source.resolution_s, buckets=buckets, counterfactual=cf_model, notes=notes)
 
 
 # ---- rendering ------------------------------------------------------------------------------------
+
+def counterfactual_sentence(report: EnergyReport) -> str | None:
+    """The counterfactual's one-sentence claim (:func:`~global_scheduler.accounting.work.carbon_claim`);
+    None without a counterfactual."""
+    cf = report.counterfactual
+    if cf is None:
+        return None
+    return carbon_claim(policy=report.policy, carbon_kg=cf.totals.carbon_kg - cf.carbon_saved_kg, work=cf.work,
+                        baseline=cf.policy, baseline_carbon_kg=cf.totals.carbon_kg, baseline_work=cf.counterfactual_work)
+
+
+def counterfactual_label(report: EnergyReport) -> str:
+    """The counterfactual's row name: ``karmada (counterfactual, same work)`` only when it was."""
+    cf = report.counterfactual
+    assert cf is not None
+    return f"{cf.policy} (counterfactual, same work)" if cf.same_work else f"{cf.policy} (counterfactual)"
+
 
 TABLE_COLUMNS = ("energy_kwh", "facility_energy_kwh", "carbon_kg", "cost", "carbon_intensity_g_per_kwh",
                  "mean_power_watts", "unknown_seconds")
@@ -275,9 +336,9 @@ def render_markdown(report: EnergyReport) -> str:
     lines += [row(k, t) for k, t in report.groups.items()]
     lines.append(row("**total**", report.totals))
     if report.counterfactual is not None:
-        cf = report.counterfactual
-        lines.append(row(f"*{cf.policy} (counterfactual)*", cf.totals))
+        lines.append(row(f"*{counterfactual_label(report)}*", report.counterfactual.totals))
         lines.append("")
-        lines.append(f"{report.policy} emitted {cf.carbon_saved_kg:,.1f} kg CO₂ "
-                     f"({cf.carbon_saved_ratio:.1%}) less than {cf.policy} for the same work.")
+        lines.append(str(counterfactual_sentence(report)))
+    if UNATTRIBUTED_NOTE in report.notes:
+        lines += ["", UNATTRIBUTED_NOTE + "."]
     return "\n".join(lines) + "\n"

@@ -19,7 +19,9 @@ call with no per-row Python loop; rows are joined once at save time.
 On disk (``--save-run DIR``)::
 
     DIR/manifest.json                  format, policies, primary policy, clusters, regions, span,
-                                       currency, step, idle split, provenance of the grid data
+                                       currency, step, idle split, provenance of the grid data, and
+                                       the work each policy did when the caller gave it (``work``:
+                                       replica-hours, placed, failed; :mod:`.work`)
     DIR/<policy>/accounting.csv        one row per (interval, cluster, tenant, workload) with energy
     DIR/<policy>/clusters.csv          one row per (interval, cluster): power, idle power, PUE,
                                        intensity, price, energy, unknown seconds (the node-level data)
@@ -48,6 +50,7 @@ from global_scheduler.accounting.table import (
     VALUE_COLUMNS,
     AccountingTable,
 )
+from global_scheduler.accounting.work import WorkDone
 from meridian import energy
 
 RUN_FORMAT = "meridian-run/1"
@@ -84,6 +87,8 @@ class RunManifest(BaseModel):
     step_s: float
     idle_split: str = "requests"
     provenance: dict[str, Any] = Field(default_factory=dict)
+    work: dict[str, WorkDone] = Field(default_factory=dict, description="What each policy did, when recorded "
+                                      "(runs saved without it, and older ones, have none: 'same work' is unknown).")
 
     @property
     def regions(self) -> list[str]:
@@ -291,13 +296,17 @@ class FederationRunHook:
 
 
 def save_federation_run(directory: str | Path, hooks: Mapping[str, FederationRunHook], *,
-                        primary: str | None = None, provenance: Mapping[str, Any] | None = None) -> Path:
-    """Save the runs ``FederationRunHook``s recorded; the primary is ``gnn`` when present, else the first."""
+                        primary: str | None = None, provenance: Mapping[str, Any] | None = None,
+                        work: Mapping[str, WorkDone] | None = None) -> Path:
+    """Save the runs ``FederationRunHook``s recorded; the primary is ``gnn`` when present, else the first.
+
+    ``work``: what each policy did (``WorkDone.from_result`` of the simulator's results), which lets a
+    report say whether a comparison is on the same work."""
     recorders = {name: h.recorder for name, h in hooks.items() if h.recorder is not None}
     if not recorders:
         raise ValueError("no policy recorded any interval")
     chosen = primary or ("gnn" if "gnn" in recorders else next(iter(recorders)))
-    return save_run(directory, recorders, primary=chosen, currency="EUR", provenance=provenance)
+    return save_run(directory, recorders, primary=chosen, currency="EUR", provenance=provenance, work=work)
 
 
 def _write_csv(path: Path, columns: Mapping[str, NDArray[Any]], order: Sequence[str]) -> None:
@@ -321,10 +330,13 @@ def _read_csv(path: Path, order: Sequence[str]) -> dict[str, list[str]]:
 
 
 def save_run(directory: str | Path, recorders: Mapping[str, RunRecorder], *, primary: str,
-             currency: str = "EUR", provenance: Mapping[str, Any] | None = None) -> Path:
+             currency: str = "EUR", provenance: Mapping[str, Any] | None = None,
+             work: Mapping[str, WorkDone] | None = None) -> Path:
     """Write every policy's accounting and a manifest under ``directory`` (created if needed)."""
     if primary not in recorders:
         raise ValueError(f"primary policy {primary!r} is not among the recorders {sorted(recorders)}")
+    if set(work or {}) - set(recorders):
+        raise ValueError(f"work given for policies that recorded nothing: {sorted(set(work or {}) - set(recorders))}")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     first = recorders[primary]
@@ -346,7 +358,8 @@ def save_run(directory: str | Path, recorders: Mapping[str, RunRecorder], *, pri
     manifest = RunManifest(
         created=datetime.now(UTC), primary_policy=primary, policies=list(recorders), clusters=list(first.clusters),
         currency=currency, start_s=min(s[0] for s in spans), end_s=max(s[1] for s in spans),
-        step_s=min(s[2] for s in spans), idle_split=first.idle_split, provenance=dict(provenance or {}))
+        step_s=min(s[2] for s in spans), idle_split=first.idle_split, provenance=dict(provenance or {}),
+        work=dict(work or {}))
     (directory / "manifest.json").write_text(manifest.model_dump_json(indent=2) + "\n")
     return directory
 
@@ -387,6 +400,10 @@ class LoadedRun:
 
     def span(self) -> tuple[float, float]:
         return self.manifest.start_s, self.manifest.end_s
+
+    def work(self, policy: str) -> WorkDone | None:
+        """What ``policy`` did over the run, when the run recorded it."""
+        return self.manifest.work.get(policy)
 
     def table(self, *, policy: str | None = None, since_s: float | None = None,
               until_s: float | None = None) -> AccountingTable:

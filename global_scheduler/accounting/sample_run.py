@@ -34,6 +34,7 @@ from global_scheduler.accounting.run_store import (
     save_federation_run,
     save_run,
 )
+from global_scheduler.accounting.work import WorkDone
 from meridian import grid_data, power_model
 
 NODE_CORES = 64
@@ -164,17 +165,28 @@ def simulate_federation_run(traces_dir: str | Path, out_dir: str | Path, *,
     results = {name: sim.run(get_policy(name), on_interval=hooks[name]).as_dict() for name in policies}
     return save_federation_run(out_dir, hooks, primary=primary or policies[0],
                                provenance={"generator": "global_scheduler.federation_sim", "days": days,
-                                           "results": results})
+                                           "results": results},
+                               work={name: WorkDone.from_result(r) for name, r in results.items()})
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--traces", type=Path, default=Path(__file__).resolve().parents[3] / "shared" / "traces")
+    parser.add_argument("--traces", type=Path, default=None,
+                        help="shared traces folder (default: $MERIDIAN_TRACES, else ../shared/traces beside the project)")
     parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--federation", action="store_true",
                         help="use the federation simulator (least-carbon vs karmada) instead of this module's model")
     args = parser.parse_args(argv)
+    if args.traces is None:
+        from meridian.traces import TracesNotFoundError, locate_traces
+
+        try:
+            location = locate_traces()
+        except TracesNotFoundError as exc:
+            parser.error(str(exc))
+        print(location.describe())
+        args.traces = location.path
     if args.federation:
         print(simulate_federation_run(args.traces, args.out, days=args.days))
     else:

@@ -22,7 +22,9 @@ from global_scheduler.accounting.report import (
     ReportArgumentError,
     ReportQuery,
     build_report,
+    order_groups,
 )
+from global_scheduler.accounting.work import WorkDone
 from protos import energy_pb2, energy_pb2_grpc
 
 SERVICE_NAME = energy_pb2.DESCRIPTOR.services_by_name["EnergyReports"].full_name
@@ -85,6 +87,19 @@ def _totals_from_proto(m: energy_pb2.EnergyTotals) -> EnergyTotals:
                         if m.HasField("carbon_intensity_g_per_kwh") else None)
 
 
+def _work_to_proto(w: WorkDone | None) -> energy_pb2.WorkDone | None:
+    return None if w is None else energy_pb2.WorkDone(replica_hours=w.replica_hours, placed=w.placed,
+                                                      failures=w.failures, slo_violations=w.slo_violations)
+
+
+def _work_from_proto(m: energy_pb2.Counterfactual, name: str) -> WorkDone | None:
+    if not m.HasField(name):
+        return None
+    w = getattr(m, name)
+    return WorkDone(replica_hours=w.replica_hours, placed=w.placed, failures=w.failures,
+                    slo_violations=w.slo_violations)
+
+
 def report_to_proto(r: EnergyReport) -> energy_pb2.EnergyReport:
     msg = energy_pb2.EnergyReport(
         source=r.source, policy=r.policy, group_by=r.group_by, currency=r.currency, since=_ts(r.since),
@@ -100,7 +115,8 @@ def report_to_proto(r: EnergyReport) -> energy_pb2.EnergyReport:
         cf = r.counterfactual
         msg.counterfactual.CopyFrom(energy_pb2.Counterfactual(
             policy=cf.policy, totals=_totals_to_proto(cf.totals), carbon_saved_kg=cf.carbon_saved_kg,
-            carbon_saved_ratio=cf.carbon_saved_ratio))
+            carbon_saved_ratio=cf.carbon_saved_ratio, work=_work_to_proto(cf.work),
+            counterfactual_work=_work_to_proto(cf.counterfactual_work)))
     return msg
 
 
@@ -108,7 +124,7 @@ def report_from_proto(m: energy_pb2.EnergyReport) -> EnergyReport:
     return EnergyReport(
         regions={k: _totals_from_proto(v) for k, v in sorted(m.regions.items())},
         totals=_totals_from_proto(m.totals), group_by=m.group_by,
-        groups={k: _totals_from_proto(v) for k, v in sorted(m.groups.items())}, source=m.source,
+        groups=order_groups(m.group_by, {k: _totals_from_proto(v) for k, v in m.groups.items()}), source=m.source,
         policy=m.policy, currency=m.currency, since=m.since.ToDatetime(tzinfo=UTC),
         until=m.until.ToDatetime(tzinfo=UTC), bucket_seconds=m.bucket_seconds or None,
         resolution_seconds=m.resolution_seconds,
@@ -117,7 +133,9 @@ def report_from_proto(m: energy_pb2.EnergyReport) -> EnergyReport:
         counterfactual=Counterfactual(policy=m.counterfactual.policy,
                                       totals=_totals_from_proto(m.counterfactual.totals),
                                       carbon_saved_kg=m.counterfactual.carbon_saved_kg,
-                                      carbon_saved_ratio=m.counterfactual.carbon_saved_ratio)
+                                      carbon_saved_ratio=m.counterfactual.carbon_saved_ratio,
+                                      work=_work_from_proto(m.counterfactual, "work"),
+                                      counterfactual_work=_work_from_proto(m.counterfactual, "counterfactual_work"))
         if m.HasField("counterfactual") else None,
         notes=list(m.notes))
 

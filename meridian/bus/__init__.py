@@ -17,7 +17,7 @@ from meridian.bus.base import (
     StreamBus,
     StreamEntry,
 )
-from meridian.bus.connection import RedisSecuritySettings, redact_url, redis_client
+from meridian.bus.connection import RedisSecuritySettings, redact_url, redis_client, require_redis
 from meridian.bus.memory import InProcessStreamBus
 from meridian.bus.redis_bus import RedisStreamBus
 from meridian.bus.streams import (
@@ -48,6 +48,7 @@ __all__ = [
     "open_bus",
     "redact_url",
     "redis_client",
+    "require_redis",
     "telemetry_stream",
 ]
 

@@ -204,3 +204,30 @@ def redis_client(url: str, *, security: RedisSecuritySettings | None = None, **k
     environment, ``MERIDIAN_REDIS_*``), for code that needs Redis beyond the bus (the energy ledger)."""
     endpoint = endpoint_from_url(url, security if security is not None else RedisSecuritySettings())
     return redis.Redis(**endpoint.redis_kwargs(), **kwargs)
+
+
+def require_redis(url: str, *, setting: str, security: RedisSecuritySettings | None = None,
+                  timeout_s: float = 3.0) -> None:
+    """Raise :class:`~meridian.errors.UserError` unless Redis at ``url`` answers ``PING`` (with this process's
+    credentials and TLS) within ``timeout_s``. A server checks this at start, so a Redis that is not there is
+    one line naming the URL and ``setting`` (the option or variable that points elsewhere), not a traceback
+    from its first worker. Redis going away later is an outage the workers ride out with back-off."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    from meridian.errors import UserError, one_line
+
+    shown = redact_url(url)
+    client = redis_client(url, security=security, socket_connect_timeout=timeout_s, socket_timeout=timeout_s,
+                          retry=Retry(NoBackoff(), 0))  # one attempt: redis-py's retries take seconds
+    try:
+        client.ping()
+    except redis.exceptions.AuthenticationError as exc:
+        raise UserError(f"Redis at {shown} refused this process's credentials ({one_line(exc)})",
+                        hint="check the URL's user and password, MERIDIAN_REDIS_USERNAME and "
+                             "MERIDIAN_REDIS_PASSWORD_FILE") from exc
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
+        raise UserError(f"Redis at {shown} is unreachable ({one_line(exc)})",
+                        hint=f"start Redis there (redis-server), or point {setting} at a running one") from exc
+    finally:
+        client.close()

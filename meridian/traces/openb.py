@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from meridian.model import MIB, MILLI_GPU_PER_DEVICE, Node, Pod, QoSClass, Resources
-from meridian.traces import TraceFormatError, default_traces_dir
+from meridian.traces import TraceFormatError, default_traces_dir, missing_trace
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS_11 = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos", "pod_phase",
@@ -80,7 +80,11 @@ def _rows(path: Path, layouts: Sequence[tuple[str, ...]]) -> tuple[tuple[str, ..
 
 def load_nodes(path: Path | str | None = None) -> list[Node]:
     """Load an openb node list (default: the paper's GPU-node list, 1,213 nodes)."""
-    path = Path(path) if path is not None else openb_dir() / "openb_node_list_gpu_node.csv"
+    if path is None:
+        path = openb_dir() / "openb_node_list_gpu_node.csv"
+        if not path.is_file():  # the traces folder, not the caller's file: say so, and how to point to another
+            raise missing_trace(path.parents[1], f"{path.parent.name}/{path.name}")
+    path = Path(path)
     _, rows = _rows(path, [NODE_COLUMNS])
     nodes = []
     for line, (sn, cpu, mem, gpu, model) in rows:

@@ -8,6 +8,9 @@ Sources, in the order an operator would pick them:
   Electricity Maps or Let's Wait Awhile layouts), replayed from ``offset_s``;
 * ``static``: a configured constant.
 
+With no value at all (no constant configured, nothing read yet) a report says ``CARBON_SOURCE_NONE``:
+the global tier shows the cluster's intensity as unknown instead of a 0 g/kWh grid.
+
 A failed read keeps the last good value (intensity moves on the scale of hours) and is counted.
 """
 
@@ -30,7 +33,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class CarbonCollector:
     source: str = "static"  # static | file | redis
-    static_g_per_kwh: float = 0.0
+    static_g_per_kwh: float | None = None
     feed: CarbonFeed | None = None
     bus: StreamBus | None = None
     zone: str = ""
@@ -55,6 +58,8 @@ class CarbonCollector:
                 log.debug("carbon key for %s unreadable: %s", self.zone, exc)
             if self.last_g_per_kwh is not None:
                 return self.last_g_per_kwh, pb.CARBON_SOURCE_REDIS_KEY
+        if self.static_g_per_kwh is None:
+            return 0.0, pb.CARBON_SOURCE_NONE
         return self.static_g_per_kwh, pb.CARBON_SOURCE_STATIC
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from pathlib import Path
 
@@ -21,19 +20,22 @@ from rich.table import Table
 
 from meridian.cli import CliRoot
 
-DEFAULT_TRACES = Path(os.environ.get("MERIDIAN_TRACES",
-                                    Path(__file__).resolve().parents[2].parent / "shared" / "traces"))
 log = logging.getLogger(__name__)
 
 
 def _series_arg(series: list[Path] | None) -> list[Path]:
+    from meridian.traces import TracesNotFoundError, default_traces_dir
     from regional_scheduler.autoscaling.request_series import shared_series_paths
 
     if series:
         return series
-    found = shared_series_paths(DEFAULT_TRACES)
+    try:
+        traces = default_traces_dir()
+    except TracesNotFoundError as exc:
+        raise typer.BadParameter(f"no --series given and {exc}", param_hint="--series") from None
+    found = shared_series_paths(traces)
     if not found:
-        raise typer.BadParameter(f"no --series given and no shared series under {DEFAULT_TRACES}")
+        raise typer.BadParameter(f"no --series given and no shared series under {traces / 'requests'}")
     return found
 
 

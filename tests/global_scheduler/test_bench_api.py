@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import sys
 
+import redis
+
 from global_scheduler.bench_api import run_api_bench
 from global_scheduler.settings import GlobalSchedulerSettings
+from meridian.bus.cleanup import prefix_pattern
 
 
 def test_small_load_is_dispatched_exactly_once(redis_url: str) -> None:
@@ -32,6 +35,12 @@ def test_small_load_is_dispatched_exactly_once(redis_url: str) -> None:
     assert sum(g["collections"] for g in by_gen.values()) == d["server_gc_collections"] > 0
     assert d["server_gc_pause_ms_max"] == max(g["pause_ms_max"] for g in by_gen.values())
     assert len(d["server_gc_full_collections_at_s_ms"]) == by_gen[2]["collections"]
+    # The run removed every key under its private prefix.
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert list(client.scan_iter(match=prefix_pattern(d["redis_key_prefix"]))) == []
+    finally:
+        client.close()
 
 
 def test_server_applies_the_switch_interval(federation) -> None:

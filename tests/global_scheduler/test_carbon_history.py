@@ -47,3 +47,17 @@ def test_registry_features_carry_the_forecast() -> None:
     np.testing.assert_array_equal(f.carbon_forecast_hourly[0, :3], [300.0, 50.0, 120.0])
     assert f.carbon_now[0] == 120.0
     assert f.carbon_forecast[0] == f.carbon_forecast_hourly[0].mean()
+
+
+def test_a_cluster_without_a_carbon_source_is_unknown_not_clean() -> None:
+    reg = ClusterRegistry(cluster_timeout_s=1e9)
+    for name, region, g, unknown in (("c1", "eu-west", 100.0, False), ("c2", "eu-north", 300.0, False),
+                                     ("c3", "us-west", 0.0, True)):
+        reg.apply(tpb.ClusterSummary(cluster=name, region=region, sequence=1, generated_unix_ms=T0 * 1000,
+                                     nodes_schedulable=1, carbon_g_per_kwh=g, carbon_unknown=unknown), now_s=T0)
+    listed = {c.name: c for c in reg.cluster_messages()}
+    assert listed["c3"].carbon_unknown and not listed["c1"].carbon_unknown
+    names, _, f = reg.features(now_s=T0 + 60)
+    # routed as the mean of the known ones, (100 + 300) / 2, not as a 0 g/kWh grid
+    assert dict(zip(names, f.carbon_now.tolist(), strict=True)) == {"c1": 100.0, "c2": 300.0, "c3": 200.0}
+    assert "us-west" not in reg.carbon_history._by_region  # nothing recorded for tomorrow's forecast

@@ -30,7 +30,7 @@ def test_operator_commands(cli_env, tmp_path: Path) -> None:
     wid = json.loads(out.output)["id"]
     again = runner.invoke(app, ["submit", str(spec), "-o", "json"], env=env)
     assert json.loads(again.output)["id"] == wid
-    watch = runner.invoke(app, ["watch", wid, "--timeout", "3"], env=env)
+    watch = runner.invoke(app, ["watch", wid, "--until", "running", "--timeout", "30"], env=env)
     assert watch.exit_code == 0 and "RUNNING" in watch.output
     got = runner.invoke(app, ["get", wid, "-o", "json"], env=env)
     assert json.loads(got.output)["state"] == "WORKLOAD_STATE_RUNNING"
@@ -55,12 +55,14 @@ def test_errors_are_reported(cli_env, args: list[str], env_token: str, message: 
 
 
 def test_bad_workload_file(cli_env, tmp_path: Path) -> None:
-    _, env = cli_env
+    fed, env = cli_env
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: web\ncolour: blue\n")
     out = CliRunner().invoke(build_app(), ["submit", str(bad)], env=env)
     assert out.exit_code == 2 and "colour" in out.output
+    # A quantity the API would refuse is refused before any call, in the API's words.
     quantity = tmp_path / "q.yaml"
     quantity.write_text("name: web\ntenant: t\nreplicas: 1\nrequests: {cpu: lots}\n")
     out = CliRunner().invoke(build_app(), ["submit", str(quantity)], env=env)
-    assert out.exit_code == 2 and "INVALID_ARGUMENT" in out.output and "field: spec.requests.cpu" in out.output
+    assert out.exit_code == 2 and f"{quantity}: spec.requests.cpu: not a Kubernetes quantity" in out.output
+    assert len(fed.engine.store) == 0

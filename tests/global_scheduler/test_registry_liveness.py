@@ -3,13 +3,16 @@ bus was readable, and never on a timeout shorter than the interval its summaries
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
 
 import pytest
+from pydantic import ValidationError
 
 from global_scheduler.registry import ClusterRegistry
+from global_scheduler.settings import RegistrySettings
 from protos import telemetry_pb2 as tpb
 from tests.conftest import RedisServer
 from tests.global_scheduler.conftest import Federation
@@ -49,6 +52,65 @@ def test_the_timeout_is_never_below_twice_the_measured_summary_interval() -> Non
         reg.apply(_summary("slow", k + 1, 20.0 * k), now_s=20.0 * k)
     assert reg.sweep(60.0 + 19.0) == []  # between two summaries: no flap
     assert reg.sweep(60.0 + 41.0) == ["slow"]  # two summaries missed: down
+
+
+def _regional(cluster: str, region: str, generated_s: float, sequence: int = 1) -> tpb.ClusterSummary:
+    return tpb.ClusterSummary(cluster=cluster, region=region, sequence=sequence, nodes_total=1, nodes_schedulable=1,
+                              generated_unix_ms=int(generated_s * 1000))
+
+
+def test_a_silent_cluster_is_forgotten_after_forget_after_s() -> None:
+    reg = ClusterRegistry(cluster_timeout_s=15.0, forget_after_s=100.0)
+    reg.apply(_regional("a", "eu-north", 0.0), now_s=0.0)
+    reg.apply(_regional("b", "eu-west", 0.0), now_s=0.0)
+    reg.apply(_regional("c", "eu-west", 0.0), now_s=0.0)
+    for k, t in enumerate(range(5, 101, 5)):  # b keeps reporting, every 5 s
+        reg.apply(_regional("b", "eu-west", t, sequence=k + 2), now_s=t)
+    assert sorted(reg.sweep(16.0)) == ["a", "c"]  # down: the scheduler reroutes their workloads now
+    assert sorted(reg.names()) == ["a", "b", "c"]  # still listed (down) until forget_after_s
+    assert reg.sweep(100.0) == [] and sorted(reg.names()) == ["a", "b", "c"]  # 100 s: not yet longer than it
+    assert reg.sweep(100.5) == []
+    assert reg.names() == ["b"] and reg.region_of("a") is None
+    # eu-north went with its only cluster; eu-west stays, b still reports from there
+    assert reg.regions() == ["eu-west"] and reg.known_regions() == ["eu-west"]
+    assert [c.name for c in reg.cluster_messages()] == ["b"]
+    # A forgotten cluster that reports again is a new cluster, up at once.
+    assert reg.apply(_regional("a", "eu-north", 200.0), now_s=200.0) is True
+    assert reg.is_ready("a") and "eu-north" in reg.regions()
+
+
+def test_a_cluster_is_marked_down_before_it_is_forgotten() -> None:
+    # First sweep long after both limits: down now (its workloads rerouted), forgotten only on a later sweep.
+    reg = ClusterRegistry(cluster_timeout_s=15.0, forget_after_s=100.0)
+    reg.apply(_regional("a", "eu-north", 0.0), now_s=0.0)
+    assert reg.sweep(500.0) == ["a"] and reg.names() == ["a"]
+    assert reg.sweep(501.0) == [] and reg.names() == []
+
+
+def test_nothing_is_forgotten_while_the_bus_is_unreachable() -> None:
+    reg = ClusterRegistry(cluster_timeout_s=15.0, forget_after_s=100.0)
+    reg.apply(_regional("a", "eu-north", 0.0), now_s=0.0)
+    assert reg.sweep(20.0) == ["a"]
+    reg.bus_unreachable(30.0)
+    assert reg.sweep(300.0) == [] and reg.names() == ["a"]
+    reg.bus_readable(310.0)
+    assert reg.sweep(400.0) == [] and reg.names() == ["a"]  # 90 s of readable silence
+    assert reg.sweep(411.0) == [] and reg.names() == []
+
+
+@pytest.mark.parametrize(("values", "error"), [
+    pytest.param({}, None, id="defaults"),
+    pytest.param({"cluster_timeout_s": 30.0, "forget_after_s": 60.0}, None, id="longer"),
+    pytest.param({"cluster_timeout_s": 30.0, "forget_after_s": 30.0}, "must be longer than", id="equal"),
+    pytest.param({"cluster_timeout_s": 7200.0}, "forget_after_s (3600 s) must be longer", id="timeout-past-default"),
+])
+def test_forget_after_s_must_exceed_the_cluster_timeout(values: dict[str, float], error: str | None) -> None:
+    if error is None:
+        settings = RegistrySettings(**values)
+        assert settings.forget_after_s > settings.cluster_timeout_s
+    else:
+        with pytest.raises(ValidationError, match=re.escape(error)):
+            RegistrySettings(**values)
 
 
 @pytest.fixture

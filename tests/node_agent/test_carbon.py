@@ -103,3 +103,13 @@ def test_file_source(traces_dir: Path) -> None:
     value, source = collector.read(1_600_000_000.0)
     assert source == pb.CARBON_SOURCE_FEED_FILE
     assert 19.5 <= value <= 116.4  # the series' range (README)
+
+
+@pytest.mark.parametrize(("collector", "expected"), [
+    pytest.param(CarbonCollector(), (0.0, pb.CARBON_SOURCE_NONE), id="nothing-configured"),
+    pytest.param(CarbonCollector(source="redis", bus=InProcessStreamBus(), zone="DE"), (0.0, pb.CARBON_SOURCE_NONE),
+                 id="redis-before-the-first-read"),
+    pytest.param(CarbonCollector(static_g_per_kwh=0.0), (0.0, pb.CARBON_SOURCE_STATIC), id="a-configured-zero"),
+])
+def test_no_carbon_source_is_said_not_reported_as_zero(collector: CarbonCollector, expected: tuple[float, int]) -> None:
+    assert collector.read(0.0) == expected

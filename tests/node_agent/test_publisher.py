@@ -153,3 +153,27 @@ def test_agent_rides_out_a_redis_restart(redis_server) -> None:
         seqs = [m.sequence for m in delivered if m.node == node]
         assert seqs[:3] == [2, 3, 4] and seqs == sorted(seqs)
     bus.close()
+
+
+def test_an_outage_is_said_once_when_it_starts_and_once_when_it_ends() -> None:
+    """The agent never buffers silently: one line names the stream, the cause and the buffer against its
+    cap; one more says how long it lasted and what was sent and dropped; nothing between."""
+    clock = [0.0]
+    said: list[str] = []
+    bus = _DownBus()
+    publisher = ReportPublisher(bus=bus, stream=STREAM, buffer_max=3, backoff_s=(0.0,), clock=lambda: clock[0],
+                                notify=said.append)
+    bus.down = True
+    for i in range(5):
+        clock[0] = float(i)
+        publisher.submit([b"%d" % i])
+        assert not publisher.flush()
+    assert said == [f"cannot publish to {STREAM}: switched off; buffering 1 reports (cap 3, the oldest dropped "
+                    "beyond it) and retrying"]
+    bus.down = False
+    clock[0] = 12.0
+    assert publisher.flush()
+    # 5 submitted, cap 3: 2 dropped; the 3 kept are sent 12 s after the first failure.
+    assert said[1:] == [f"publishing to {STREAM} again after 12 s: sent 3 buffered reports, dropped 2"]
+    publisher.submit([b"5"])
+    assert publisher.flush() and len(said) == 2

@@ -1,7 +1,12 @@
 """The regional dispatch worker against real Redis: all-or-nothing placement, idempotent redelivery,
-release, malformed entries dead-lettered, summaries."""
+release, malformed entries dead-lettered, summaries; the command's flags and start-up errors."""
 
 from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -236,3 +241,47 @@ def test_summary_says_its_holdings_are_complete(worker: DispatchWorker) -> None:
     # An idle simulated cluster holds nothing, and says so: an empty list is an answer, not "unknown".
     s = worker.summary()
     assert s.holdings_complete and list(s.holdings) == []
+
+
+# ------------------------------------------------------------------ the command's start-up
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed again when this returns: nothing listens there
+
+
+@pytest.mark.parametrize("verbose", [pytest.param(False, id="plain"), pytest.param(True, id="verbose")])
+def test_redis_unreachable_at_start_is_one_line_and_exit_2(verbose: bool) -> None:
+    url = f"redis://worker:s3cret@127.0.0.1:{_closed_port()}/0"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MERIDIAN_DISPATCH_", "MERIDIAN_REDIS_"))}
+    proc = subprocess.run([sys.executable, "-m", "regional_scheduler.dispatch_worker", "--nodes", "2", "--bus-url", url,
+                           *(["--verbose"] if verbose else [])], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "s3cret" not in proc.stdout + proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: Redis at {url.replace('s3cret', '***')} is unreachable ("), last
+    assert last.endswith("; start Redis there (redis-server), or point --bus-url or MERIDIAN_DISPATCH_BUS_URL at a "
+                         "running one")
+    if verbose:
+        assert "Traceback" in proc.stderr
+    else:
+        assert proc.stderr.strip() == last and proc.stdout == ""
+
+
+@pytest.mark.parametrize(("args", "env", "expected"), [
+    pytest.param(["--cluster", ""], {}, "error: setting cluster='' is not valid: String should have at least 1 "
+                 "character", id="empty-cluster-flag"),
+    pytest.param([], {"MERIDIAN_DISPATCH_BATCH": "many"}, "error: MERIDIAN_DISPATCH_BATCH='many' is not valid",
+                 id="setting-of-the-wrong-type"),
+    pytest.param(["--node-offset", "100000"], {}, "error: --node-offset 100000 is past the last of the", id="offset"),
+])
+def test_other_mistakes_at_start_are_one_line(args: list[str], env: dict[str, str], expected: str) -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MERIDIAN_DISPATCH_")}
+    # The in-process bus: nothing is left behind in a shared Redis.
+    proc = subprocess.run([sys.executable, "-m", "regional_scheduler.dispatch_worker", "--bus-url", "memory://", *args],
+                          env={**clean, **env}, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(expected), proc.stderr
+

@@ -6,7 +6,6 @@ row (the traces README, §5b). Tolerance ±1.0 point of GPU allocation, as the i
 
 import csv
 import gzip
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +13,7 @@ from meridian.simulator import RunResult
 from meridian.traces import openb
 from regional_scheduler.bench_placement import load_input, run_one
 
-RESULTS = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "alibaba-gpu-v2023" / "fgd_paper_results"
+RESULTS = openb.openb_dir() / "fgd_paper_results"
 PAPER_NAMES = {"fgd": "06-FGD", "best-fit": "05-BestFit", "gpu-packing": "04-GpuPacking", "dot-product": "02-DotProd"}
 
 

@@ -136,3 +136,32 @@ def test_agents_to_summary_end_to_end(redis_url: str, key_prefix: str) -> None:
     finally:
         regional.close()
         reader.close()
+
+
+def _carbon_state(sources: list[tuple[float, float, int]]) -> TelemetryState:
+    ts = TelemetryState(cluster="east", stale_after_s=10.0, clock=lambda: 0.0)
+    reports = [pb.NodeTelemetry(cluster="east", node=f"n{i}", sequence=1, allocatable_milli_cpu=1000,
+                                allocatable_memory_bytes=GIB, power_watts=watts, carbon_g_per_kwh=intensity,
+                                carbon_source=source, pue=1.0)
+               for i, (watts, intensity, source) in enumerate(sources)]
+    batch, rejected = decode_reports([StreamEntry(f"1-{i}", r.SerializeToString()) for i, r in enumerate(reports)])
+    assert not rejected
+    ts.apply(batch)
+    return ts
+
+
+@pytest.mark.parametrize(("sources", "carbon", "unknown"), [
+    # (200·100 + 300·400) / 500 = 280; the node without a source is left out, not averaged in as 0
+    pytest.param([(200.0, 100.0, pb.CARBON_SOURCE_STATIC), (300.0, 400.0, pb.CARBON_SOURCE_FEED_FILE),
+                  (500.0, 0.0, pb.CARBON_SOURCE_NONE)], 280.0, False, id="one-node-without-a-source"),
+    pytest.param([(200.0, 0.0, pb.CARBON_SOURCE_NONE), (300.0, 0.0, pb.CARBON_SOURCE_NONE)], 0.0, True,
+                 id="no-source-anywhere-is-unknown"),
+    # no power drawn: the plain mean of the known intensities, (100 + 300) / 2
+    pytest.param([(0.0, 100.0, pb.CARBON_SOURCE_STATIC), (0.0, 300.0, pb.CARBON_SOURCE_STATIC)], 200.0, False,
+                 id="idle-but-known"),
+    pytest.param([(100.0, 50.0, pb.CARBON_SOURCE_UNSPECIFIED)], 50.0, False, id="older-agents-are-believed"),
+])
+def test_summary_carbon_without_a_source_is_unknown(sources: list[tuple[float, float, int]], carbon: float,
+                                                    unknown: bool) -> None:
+    s = build_summary(_carbon_state(sources), region="eu", sequence=1, now_s=1.0)
+    assert s.carbon_g_per_kwh == pytest.approx(carbon) and s.carbon_unknown is unknown

@@ -4,7 +4,7 @@ import pytest
 
 from meridian.traces import TraceFormatError, openb
 
-OPENB = Path(__file__).resolve().parents[3].parent / "shared" / "traces" / "alibaba-gpu-v2023"
+OPENB = openb.openb_dir()  # $MERIDIAN_TRACES, else ../shared/traces beside the project
 POD_LISTS = sorted(OPENB.glob("openb_pod_list_*.csv"))
 # Row counts from the traces README.
 EXPECTED_ROWS = {"default": 8152, "cpu0": 7064, "cpu300": 10094, "gpushare100": 8152, "multigpu50": 9061}
