@@ -144,11 +144,15 @@ def register(cli: CliRoot) -> None:
     @app.command("submit")
     def submit(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="Workload YAML."),
                idempotency_key: str = typer.Option("", "--idempotency-key", help="Overrides the file's key."),
-               output: str = typer.Option("table", "--output", "-o", help="table | json"),
+               output: str = OUTPUT_OPT,
                api: str | None = API_OPT, token: str | None = TOKEN_OPT, ca: Path | None = CA_OPT) -> None:
-        """Submit a workload described in FILE.yaml (checked here as the API checks it: one line per problem)."""
+        """Submit a workload described in FILE.yaml (checked here as the API checks it: one line per problem).
+
+        Warns when the tenant already has a workload of that name that has not ended: names are how
+        ``get``, ``watch`` and ``cancel`` find a workload, so a second one makes them ambiguous."""
         from global_scheduler.workload_file import WorkloadFileError, load_workload_file
 
+        output = _output_format(output)  # an unknown -o is refused before anything is submitted
         try:
             spec, key = load_workload_file(file)
         except WorkloadFileError as exc:
@@ -158,8 +162,12 @@ def register(cli: CliRoot) -> None:
         with _client(api, token, ca) as client:
             try:
                 w = client.submit(spec, idempotency_key or key)
+                others = client.find_active_by_name(w.spec.name, w.spec.tenant, exclude_id=w.id)
             except Exception as exc:
                 _rpc_error(exc)
+            if others:
+                typer.echo(f"warning: tenant {w.spec.tenant} already has {w.spec.name!r} not ended: "
+                           + ", ".join(o.id for o in others) + "; refer to them by ID", err=True)
         _print_workloads([w], output)
 
     @app.command("get")

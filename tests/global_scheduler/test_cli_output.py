@@ -287,3 +287,21 @@ def test_columns_empty_in_every_row_are_left_out(rows: list[api.Workload], absen
 ])
 def test_human_age_like_kubectl(seconds: float, age: str) -> None:
     assert human_age(seconds) == age
+
+
+def test_submit_warns_when_the_name_is_already_running_and_refuses_an_unknown_output_first(live, tmp_path) -> None:
+    _, client, run = live
+    first = _running(client, "api", tenant="shop")
+    path = tmp_path / "api.yaml"
+    path.write_text("name: api\ntenant: shop\nreplicas: 1\nrequests: {cpu: 500m, memory: 1Gi}\n")
+    before = len(list(client.list(tenant="shop")))
+    refused = run(["submit", str(path), "-o", "xml"])
+    assert refused.exit_code == 2 and len(list(client.list(tenant="shop"))) == before  # nothing was submitted
+    out = run(["submit", str(path), "-o", "name"])
+    assert out.exit_code == 0, out.output
+    assert f"warning: tenant shop already has 'api' not ended: {first.id}" in out.output
+    # the same key again is the same workload: no warning about itself
+    again = run(["submit", str(path), "-o", "name", "--idempotency-key", "k1"])
+    again2 = run(["submit", str(path), "-o", "name", "--idempotency-key", "k1"])
+    assert again.stdout == again2.stdout
+    assert again2.output.count("warning:") == 1  # the earlier two, not the resubmitted one itself
