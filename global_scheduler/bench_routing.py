@@ -19,8 +19,10 @@ from global_scheduler.federation_sim import (
     FederationConfig,
     FederationSim,
     IntervalRecord,
+    RunResult,
     load_grid,
 )
+from global_scheduler.routing.base import RoutingPolicy, fallbacks_of
 from global_scheduler.routing.registry import get_policy
 
 DEFAULT_POLICIES = ("gnn", "karmada", "least-carbon", "least-carbon-slo", "least-cost", "round-robin", "random")
@@ -63,6 +65,19 @@ def bench_config(*, start: str = "12-01", days: int = 7, clusters: int = 12, see
     return cfg
 
 
+def policy_schedule(sim: FederationSim, policy: RoutingPolicy) -> tuple[RunResult, dict[int, tuple[int, int]]]:
+    """Run ``policy`` on ``sim`` and record where and when each workload started: ``{id: (cluster, hour)}``."""
+    starts: dict[int, tuple[int, int]] = {}
+
+    def hook(_records: list[IntervalRecord]) -> None:
+        # Called after each hour's placements: every running workload is visible at least once.
+        for r in sim.running:
+            if r["id"] not in starts:
+                starts[r["id"]] = (int(r["cluster"]), sim.hour)
+    result = sim.run(policy, on_interval=hook)
+    return result, starts
+
+
 def run_routing_bench(cfg: FederationConfig, *, traces_dir: Path, policies: Sequence[str] = DEFAULT_POLICIES,
                       carbon_dir: Path | None = None, prices_file: Path | None = None, checkpoint: Path | None = None,
                       on_interval: Callable[[str], Callable[[list[IntervalRecord]], None] | None] | None = None,
@@ -80,8 +95,6 @@ def run_routing_bench(cfg: FederationConfig, *, traces_dir: Path, policies: Sequ
     if same_work_as is not None:
         if progress:
             progress(f"{same_work_as} (to pick the work)")
-        from global_scheduler.carbon_bound import policy_schedule  # scipy only when asked
-
         _, started = policy_schedule(sim, get_policy(same_work_as))
         sim.workloads = [p for p in sim.workloads if p.w.id in started]
     results: dict[str, dict[str, Any]] = {}
@@ -95,8 +108,8 @@ def run_routing_bench(cfg: FederationConfig, *, traces_dir: Path, policies: Sequ
         result = sim.run(policy, on_interval=hook)
         out = result.as_dict()
         out["wall_s"] = round(time.perf_counter() - t0, 2)
-        if getattr(policy, "fallbacks", 0):
-            out["model_fallbacks"] = policy.fallbacks  # type: ignore[attr-defined]
+        if fallbacks_of(policy):
+            out["model_fallbacks"] = fallbacks_of(policy)
         results[name] = out
     return results
 

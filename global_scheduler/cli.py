@@ -2,14 +2,14 @@
 
 Operators: ``submit``, ``get``, ``ls``, ``watch``, ``cancel``, ``clusters`` (they speak to the API at
 ``--api`` / ``$MERIDIAN_API``, with ``--token`` / ``$MERIDIAN_TOKEN``); ``global-scheduler`` serves
-the API. Benchmarks: ``bench routing``, ``bench routing-bound`` and ``bench api``. Training: ``train routing``.
+the API. Benchmarks: ``bench routing`` and ``bench api`` (the carbon lower bound is an experiment:
+``python -m experiments.carbon_bound``). Training: ``train routing``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import signal
 import threading
 from pathlib import Path
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 API_OPT = typer.Option(None, "--api", envvar="MERIDIAN_API", help="host:port of the global API (default 127.0.0.1:50051).")
 TOKEN_OPT = typer.Option(None, "--token", envvar="MERIDIAN_TOKEN", help="Bearer token.")
 CA_OPT = typer.Option(None, "--ca", help="PEM file of the CA that signed the server's certificate (enables TLS).")
-# The federation window, shared by `bench routing` and `bench routing-bound` (both default to the held-back week).
+# The federation window of `bench routing` (and of `python -m experiments.carbon_bound`); default: the held-back week.
 CARBON_OPT = typer.Option(None, "--carbon", help="Carbon series folder (default: shared carbon/).")
 PRICES_OPT = typer.Option(None, "--prices", help="ENTSO-E price CSV (default: the shared one).")
 START_OPT = typer.Option("12-01", "--start", help="Window start, MM-DD or YYYY-MM-DD (held-back default).")
@@ -488,81 +488,6 @@ def register(cli: CliRoot) -> None:
             json_out.parent.mkdir(parents=True, exist_ok=True)
             json_out.write_text(json.dumps({"config": _config_json(cfg), "same_work_as": same_work_as,
                                             "policies": results, "comparison": summary}, indent=2, default=str))
-
-    @bench.command("routing-bound")
-    def bench_routing_bound(
-        carbon: Path | None = CARBON_OPT,
-        prices: Path | None = PRICES_OPT,
-        start: str = START_OPT,
-        days: int = DAYS_OPT,
-        clusters: int = CLUSTERS_OPT,
-        seed: int = SEED_OPT,
-        drops: int = typer.Option(76, "--drops", min=0, help="Second bound: the LP may leave this many workloads "
-                                  "unrun (default: least-carbon's failures on the held-back window; 0 = skip)."),
-        no_late_starts: bool = typer.Option(False, "--no-late-starts", help="Deferrable work starts by its deadline "
-                                            "(bounds policies with no deadline miss; default: by the simulator's "
-                                            "failure hour, as any 0-failure policy may)."),
-        slo_ceilings: bool = typer.Option(False, "--slo-ceilings/--no-slo-ceilings",
-                                          help="Add the utilisation ceilings of latency-sensitive work: the bound "
-                                               "then holds only for policies with no SLO violation (tighter)."),
-        slo_ceiling_below: float = typer.Option(1.0, "--slo-ceiling-below", min=0.0, max=1.0,
-                                                help="With --slo-ceilings: add only ceilings below this utilisation "
-                                                     "(fewer rows, a weaker bound, still valid)."),
-        traces: Path | None = TRACES_OPT,
-        json_out: Path | None = typer.Option(None, "--json", help="Write the results as JSON here."),
-    ) -> None:
-        """A lower bound (LP relaxation) on the carbon of ANY policy that runs every workload of the window
-        (with --slo-ceilings: of any policy that also breaks no latency SLO)."""
-        from global_scheduler.carbon_bound import carbon_lower_bound
-        from global_scheduler.federation_sim import FederationSim
-
-        cfg, traces_dir = _window(start=start, days=days, clusters=clusters, seed=seed, traces=traces,
-                                  carbon=carbon, prices=prices)
-        try:
-            sim = FederationSim(cfg, traces_dir, carbon_dir=carbon, prices_file=prices)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc)) from None
-        except KeyError as exc:
-            raise _series_error(exc) from None
-        results = {}
-        for max_drops in ((0, drops) if drops else (0,)):
-            console.print(f"[bold]bound with up to {max_drops} dropped workloads[/bold]")
-            results[f"drops_{max_drops}"] = carbon_lower_bound(sim, max_drops=max_drops,
-                                                               late_starts=not no_late_starts,
-                                                               slo_ceilings=slo_ceilings,
-                                                               slo_ceiling_below=slo_ceiling_below,
-                                                               progress=lambda msg: console.print(f"  {msg}"))
-        which = ("policies with no SLO violation (SLO ceilings on"
-                 + (f", those below {slo_ceiling_below:g})" if slo_ceiling_below < 1 else ")") if slo_ceilings
-                 else "any policy (SLO ceilings off)")
-        which += ", no deadline miss" if no_late_starts else ""
-        table = Table(title=f"carbon lower bound for {which}: {cfg.clusters} clusters in {len(cfg.regions)} regions, {cfg.days} "
-                      f"days from {cfg.start} (+{cfg.drain_hours} h drain), {len(sim.workloads)} workloads")
-        for col in ("may drop", "bound kg", "dropped", "unplaceable", "variables", "solve s", "status"):
-            table.add_column(col, justify="right")
-        for r in results.values():
-            table.add_row(str(r.max_drops), f"{r.carbon_kg:,.1f}", f"{r.dropped:.1f}", str(r.unplaceable),
-                          f"{r.variables:,}", f"{r.solve_s:.1f}", r.status)
-        console.print(table)
-        first = results["drops_0"]
-        regions = Table(title="where the bound's schedule puts the work (may drop 0)")
-        for col in ("region", "kWh", "kg", "vCPU-h", *(f"kg, may drop {drops}",) * (len(results) > 1)):
-            regions.add_column(col, justify="right")
-        for name in first.region_energy_kwh:
-            extra = [f"{r.region_carbon_kg.get(name, 0):,.0f}" for key, r in results.items() if key != "drops_0"]
-            regions.add_row(name, f"{first.region_energy_kwh[name]:,.0f}", f"{first.region_carbon_kg[name]:,.0f}",
-                            f"{first.region_vcpu_hours[name]:,.0f}", *extra)
-        console.print(regions)
-        if json_out is not None:
-            json_out.parent.mkdir(parents=True, exist_ok=True)
-            json_out.write_text(json.dumps({"config": _config_json(cfg),
-                                            "slo_ceilings": slo_ceilings, "late_starts": not no_late_starts,
-                                            "bounds": {k: r.as_dict() for k, r in results.items()}},
-                                           indent=2, default=str))
-        failed = [r for r in results.values() if math.isnan(r.carbon_kg)]
-        if failed:  # an LP without an optimum bounds nothing: say so and fail the command
-            console.print(f"[red]no bound: HiGHS ended with {', '.join(r.status for r in failed)}[/red]")
-            raise typer.Exit(1)
 
     @bench.command("api")
     def bench_api(

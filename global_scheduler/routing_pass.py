@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from global_scheduler.routing.base import Router
+from global_scheduler.routing.base import Router, fallbacks_of
 from gnn.features import ClusterFeatures, WorkloadFeatures, crit_utilisation
 
 
@@ -68,11 +68,10 @@ def decide_pass(router: Router, names: list[str], feats: ClusterFeatures, items:
     # One batched forward pass for the whole batch when the policy offers it (the GNN); each decision is
     # still filtered, refined and selected on the clusters as earlier ones in the batch left them.
     batch_scores = None
-    score_batch = getattr(router.policy, "score_batch", None)
     per_decision_batch_s = 0.0
-    if score_batch is not None and len(items) > 1:
+    if router.batch_scorer is not None and len(items) > 1:
         t0 = time.perf_counter()
-        batch_scores = score_batch(feats, [it.features for it in items])
+        batch_scores = router.batch_scorer.score_batch(feats, [it.features for it in items])
         per_decision_batch_s = (time.perf_counter() - t0) / len(items)
     out = []
     for k, it in enumerate(items):
@@ -96,7 +95,7 @@ def decide_pass(router: Router, names: list[str], feats: ClusterFeatures, items:
                                               np.array(wf.latency_slo_ms), feats.service_ms))
                 feats.tightest_slo_utilisation[c] = min(feats.tightest_slo_utilisation[c], crit)
         out.append(PassDecision(c, decision.diagnosis, decision.explain(len(names)), crit, elapsed))
-    return PassResult(out, int(getattr(router.policy, "fallbacks", 0)), os.getpid())
+    return PassResult(out, fallbacks_of(router.policy), os.getpid())
 
 
 def _without(feats: ClusterFeatures, excluded: list[int]) -> ClusterFeatures:

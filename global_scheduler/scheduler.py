@@ -110,7 +110,7 @@ class GlobalScheduler:
         if policy is None:
             policy = get_policy(settings.routing.policy, **kwargs)
         self.router = Router(policy)
-        self.policy_name = getattr(policy, "name", type(policy).__name__)
+        self.policy_name = policy.name
         self._latency = obs.DECISION_LATENCY.labels(component="global", policy=self.policy_name)
         self._dispatch_lag = obs.DISPATCH_LAG.labels(policy=self.policy_name)
         self._fallbacks_seen: dict[int, int] = {}  # per process that routed (see routing_pass.PassResult)

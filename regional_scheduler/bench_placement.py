@@ -19,6 +19,7 @@ from meridian.model import Node, Pod
 from meridian.simulator import RunResult, run_arrivals, run_timeline, seed_cluster, seed_pods
 from meridian.traces import openb
 from regional_scheduler.framework import Scheduler
+from regional_scheduler.policies.base import ReportsRunCounts
 from regional_scheduler.policies.registry import get_policy
 
 OPENB_FIRST_SEED = 42
@@ -53,21 +54,16 @@ def bench_policy(name: str) -> Any:
     return get_policy(name)
 
 
-def _with_policy_counts(result: RunResult, scheduler: Any) -> RunResult:
-    policy = getattr(scheduler, "policy", None)
-    if hasattr(policy, "over_budget"):
-        result.final["over_budget_decisions"] = float(policy.over_budget)
-        result.final["fallback_decisions"] = float(sum(policy.fallback_count.values()))
-        scorer = getattr(policy, "scorer", None)
-        if scorer is not None:  # gate_share: the workload was left to FGD at the run's end
-            result.final["gated_to_fgd"] = float(scorer.gated)
-            # replays: the prepared workload's replays found no gain, so FGD placed every pod
-            result.final["replays_chose_fgd"] = float(scorer.replay is not None and not scorer.replay.keeps_correction)
+def _with_policy_counts(result: RunResult, scheduler: Scheduler) -> RunResult:
+    """The policy's own counters, for a policy that declares :class:`ReportsRunCounts` (the learned one:
+    decisions over budget, fallbacks, and whether the gate or the replays left the workload to FGD)."""
+    if isinstance(scheduler.policy, ReportsRunCounts):
+        result.final.update(scheduler.policy.run_counts())
     return result
 
 
 def run_one(inp: BenchInput, policy_name: str, seed: int, *, on_step: Callable[[int], None] | None = None,
-            scheduler_factory: Callable[[str, int], Any] | None = None, online: bool = False) -> RunResult:
+            scheduler_factory: Callable[[str, int], Scheduler] | None = None, online: bool = False) -> RunResult:
     """One policy, one seed. ``online``: the policy is never told the target workload (a live
     scheduler's situation); FGD, and the learned policy's FGD, learn it from the pods they place."""
     make = scheduler_factory or (lambda name, s: Scheduler(bench_policy(name), seed=s))

@@ -6,12 +6,17 @@ filter (hard constraints) → score (the policy, on feasible nodes only) → sel
 Ties go to the first node in node order. kube-scheduler's ``selectHost`` samples ties at random,
 but the FGD paper's numbers are only reproduced with first-in-order ties (we measured FGD on
 ``default`` seed 42 at 90.2 % GPU allocation with random ties against the paper's 95.1 %, and
-95.3 % with first ties; see ``docs/benchmarks.md``). A policy may ask for random ties by setting
-``tie_break = "random"``. Each stage is timed and
-its errors are wrapped with the stage's name. The policy never sees an infeasible node, so no
-policy — learned or not — can break a hard constraint. A pod no node can hold is still shown to a
-policy that learns the workload online (``observe_unschedulable``), so that its estimate is not
-biased towards the pods that fit.
+95.3 % with first ties; see ``docs/benchmarks.md``). A policy that declares
+:class:`~regional_scheduler.policies.base.ChoosesTieBreak` with ``tie_break = "random"`` gets a
+uniform draw among the tied nodes from the scheduler's generator (seeded by ``seed``) instead. Each
+stage is timed and its errors are wrapped with the stage's name. The policy never sees an infeasible
+node, so no policy — learned or not — can break a hard constraint. A pod no node can hold is still
+shown to a policy that learns the workload online (``observe_unschedulable``), so that its estimate
+is not biased towards the pods that fit.
+
+The policy's optional extension points are declared protocols (``policies/base.py``); which ones it
+implements is read once, when the scheduler is given the policy (kube-scheduler builds its list per
+extension point at start), not probed per decision.
 """
 
 from __future__ import annotations
@@ -25,7 +30,12 @@ import numpy as np
 from meridian.cluster_state import ClusterState, Placement
 from meridian.model import Pod
 from regional_scheduler.filters import Diagnosis, run_filters
-from regional_scheduler.policies.base import ScorePolicy
+from regional_scheduler.policies.base import (
+    ChoosesTieBreak,
+    ObservesUnschedulable,
+    ScorePolicy,
+    WorkloadAware,
+)
 
 
 class StageError(RuntimeError):
@@ -58,16 +68,26 @@ class Scheduler:
     def __init__(self, policy: ScorePolicy, *, seed: int = 0) -> None:
         self.policy = policy
         self.rng = np.random.default_rng(seed)
-        self.random_ties = getattr(policy, "tie_break", "first") == "random"
+
+    @property
+    def policy(self) -> ScorePolicy:
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: ScorePolicy) -> None:
+        """Registration: the extension points ``policy`` declares are read here, once."""
+        self._policy = policy
+        self._workload_aware = policy if isinstance(policy, WorkloadAware) else None
+        self._observes_unschedulable = policy if isinstance(policy, ObservesUnschedulable) else None
+        self.random_ties = isinstance(policy, ChoosesTieBreak) and policy.tie_break == "random"
 
     @property
     def name(self) -> str:
         return self.policy.name
 
     def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
-        prepare = getattr(self.policy, "prepare", None)
-        if prepare is not None:
-            prepare(state, workload)
+        if self._workload_aware is not None:
+            self._workload_aware.prepare(state, workload)
 
     def schedule(self, state: ClusterState, pod: Pod) -> Decision:
         decision = Decision(pod=pod.name, placement=None)
@@ -81,10 +101,9 @@ class Scheduler:
         nodes = np.flatnonzero(mask)
         if nodes.size == 0:
             decision.diagnosis = diagnosis
-            observe = getattr(self.policy, "observe_unschedulable", None)
-            if observe is not None:
+            if self._observes_unschedulable is not None:
                 try:
-                    observe(state, pod)
+                    self._observes_unschedulable.observe_unschedulable(state, pod)
                 except Exception as exc:
                     raise StageError("score", pod.name, exc) from exc
             return decision

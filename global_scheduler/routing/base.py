@@ -5,6 +5,13 @@ mask from the filter stage, it returns ``n + 1`` scores, the last one for "defer
 later hour" (``-inf`` for policies that never defer). The :class:`Router` reads as Karmada's
 ``Schedule``: snapshot → filter → score → select → assign, each stage timed, and an error in any
 stage is raised as :class:`RoutingStageError` naming the stage.
+
+Optional extension points are small protocols a policy *declares* by inheriting them:
+:class:`ScoresInBatch`, :class:`RefinesScores` and :class:`CountsFallbacks` (the GNN declares all
+three). They are ``runtime_checkable``; the router reads which ones a policy declares once, when it is
+given the policy, and the routing pass and the benchmark ask ``isinstance``, never ``getattr``. They are
+protocols, not no-op methods on a base class, because :class:`RoutingPolicy` is itself a protocol:
+the policies and test doubles are plain classes with no common base a default could live on.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -32,6 +39,44 @@ class RoutingPolicy(Protocol):
     def reset(self) -> None:
         """Forget per-run state (rotation counters, random streams) before a new run."""
         ...
+
+
+@runtime_checkable
+class ScoresInBatch(Protocol):
+    """A policy that scores many workloads in one call (the GNN: one batched forward pass).
+
+    Its raw scores go through :meth:`Router.decide_scored`, which filters each workload on the clusters
+    as the batch's earlier decisions left them and refines the scores if the policy declares
+    :class:`RefinesScores`. Declared, not defaulted: a policy without it is scored one workload at a time
+    by :meth:`Router.decide`."""
+
+    def score_batch(self, clusters: ClusterFeatures, workloads: list[WorkloadFeatures]) -> np.ndarray | None:
+        """``(B, n + 1)`` raw scores, or None to have this batch decided one workload at a time."""
+        ...
+
+
+@runtime_checkable
+class RefinesScores(Protocol):
+    """A policy whose batched raw scores are corrected per decision, on the current clusters (the GNN's
+    shield and its "defer only when allowed"). Without it the batched scores are selected as they are
+    (the identity: what a no-op default would do, but there is no base class to put one on)."""
+
+    def refine(self, clusters: ClusterFeatures, workload: WorkloadFeatures, feasible: np.ndarray,
+               scores: np.ndarray) -> np.ndarray: ...
+
+
+@runtime_checkable
+class CountsFallbacks(Protocol):
+    """A policy that counts the decisions its model could not take (answered by its fallback heuristic
+    instead); the routing pass and the benchmark report the count. Policies without a model have none
+    to count and do not declare it (they count as 0)."""
+
+    fallbacks: int
+
+
+def fallbacks_of(policy: RoutingPolicy) -> int:
+    """The policy's fallback count so far; 0 for a policy that does not declare :class:`CountsFallbacks`."""
+    return int(policy.fallbacks) if isinstance(policy, CountsFallbacks) else 0
 
 
 class RoutingStageError(RuntimeError):
@@ -69,6 +114,17 @@ class Router:
 
     def __init__(self, policy: RoutingPolicy) -> None:
         self.policy = policy
+
+    @property
+    def policy(self) -> RoutingPolicy:
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: RoutingPolicy) -> None:
+        """Registration: the extension points ``policy`` declares are read here, once."""
+        self._policy = policy
+        self.batch_scorer: ScoresInBatch | None = policy if isinstance(policy, ScoresInBatch) else None
+        self._refiner: RefinesScores | None = policy if isinstance(policy, RefinesScores) else None
 
     def _stage(self, name: str, timings: dict[str, float], fn: Callable[[], object]) -> object:
         start = time.perf_counter()
@@ -114,8 +170,8 @@ class Router:
         deferrable = can_defer(workload)
         if not mask.any() and not deferrable:
             return Decision(NO_CLUSTER, diagnosis, t, mask)
-        refine = getattr(self.policy, "refine", None)
-        final = self._stage("score", t, lambda: refine(clusters, workload, mask, scores) if refine else scores)
+        refiner = self._refiner
+        final = self._stage("score", t, lambda: refiner.refine(clusters, workload, mask, scores) if refiner else scores)
         choice = self._stage("select", t, lambda: select(np.asarray(final), mask, deferrable))
         assert isinstance(choice, int)
         return Decision(choice, _ruled_out(diagnosis, choice, mask, self.policy), t, mask)

@@ -27,7 +27,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from global_scheduler.routing.base import can_defer, with_defer
+from global_scheduler.routing.base import CountsFallbacks, RefinesScores, ScoresInBatch, can_defer, with_defer
 from gnn.features import ClusterFeatures, WorkloadFeatures, slo_excess, slo_safe, utilisation_after
 from gnn.policy import DEFAULT_CHECKPOINT, CheckpointError, GnnRoutingNet
 
@@ -37,7 +37,7 @@ FROM_CHECKPOINT: Literal["checkpoint"] = "checkpoint"
 log = logging.getLogger(__name__)
 
 
-class GnnRouting:
+class GnnRouting(ScoresInBatch, RefinesScores, CountsFallbacks):
     name = NAME
 
     def __init__(self, checkpoint: str | Path | None = None, net: GnnRoutingNet | None = None,

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from regional_scheduler.autoscaling.forecaster import SeasonalForecaster
-from regional_scheduler.autoscaling.policies.base import AutoscalingPolicy, PolicyContext
+from regional_scheduler.autoscaling.policies.base import AutoscalingPolicy, FollowsContext, PolicyContext
 from regional_scheduler.autoscaling.service_sizing import ServiceSizing, size_service
 from regional_scheduler.autoscaling.settings import AutoscalerSettings
 from regional_scheduler.autoscaling.simulator import Observation
@@ -73,11 +73,10 @@ class OnlineAutoscaler:
                                     forecast=SeasonalForecaster().fit_transform(load),
                                     start_minute_of_day=minute_of_start % 1440,
                                     start_weekday=(self.start.weekday() + minute_of_start // 1440) % 7)
-            update = getattr(self.policy, "update_context", None)
-            if self.desired is None or update is None:
-                self.policy.reset(context)
+            if self.desired is not None and isinstance(self.policy, FollowsContext):
+                self.policy.update_context(context)  # keeps its memory (HPA recommendations, cool-down)
             else:
-                update(context)
+                self.policy.reset(context)  # the first minute, or a policy that cannot follow in place
             minute = len(self.rates) - 1
             current = sample.ready_replicas + sample.pending_replicas
             svc = self.settings.service

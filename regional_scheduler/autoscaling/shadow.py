@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from regional_scheduler.autoscaling.policies.base import AutoscalingPolicy, PolicyContext
+from regional_scheduler.autoscaling.policies.base import AutoscalingPolicy, FollowsContext, PolicyContext
 from regional_scheduler.autoscaling.simulator import Observation
 
 
@@ -21,7 +21,7 @@ class ShadowRecord:
 
 
 @dataclass
-class ShadowRunner:
+class ShadowRunner(FollowsContext):
     """A policy that decides with ``live`` and records ``shadow``'s decision for the same observation."""
 
     live: AutoscalingPolicy
@@ -38,10 +38,12 @@ class ShadowRunner:
         self.records.clear()
 
     def update_context(self, context: PolicyContext) -> None:
+        """Each policy follows the context in place if it declares :class:`FollowsContext`, else is reset."""
         for policy in (self.live, self.shadow):
-            update = getattr(policy, "update_context", None)
-            if update is not None:
-                update(context)
+            if isinstance(policy, FollowsContext):
+                policy.update_context(context)
+            else:
+                policy.reset(context)
 
     def decide(self, observation: Observation) -> int:
         live = self.live.decide(observation)

@@ -26,7 +26,7 @@ import torch
 from regional_scheduler.learned.buffer import ImitationBuffer, ImitationSample
 from regional_scheduler.learned.env import Episode, PlacementEnv
 from regional_scheduler.learned.policy import PlacementNet
-from regional_scheduler.policies.base import ScorePolicy
+from regional_scheduler.policies.base import ScorePolicy, WorkloadAware
 from regional_scheduler.policies.registry import get_policy
 
 
@@ -45,8 +45,8 @@ def collect(episodes: Sequence[Episode], *, teacher: str = "fgd", target: str = 
         _, info = env.reset(seed=seed)
         assert env.state is not None
         policy: ScorePolicy = env.features.fgd if teacher == "fgd" else get_policy(teacher)
-        if teacher != "fgd" and hasattr(policy, "prepare"):
-            policy.prepare(env.state, episode.workload)  # type: ignore[attr-defined]
+        if teacher != "fgd" and isinstance(policy, WorkloadAware):
+            policy.prepare(env.state, episode.workload)
         while not env.done:
             candidates = info["candidates"]
             scores = policy.score(env.state, env.pod, candidates).scores

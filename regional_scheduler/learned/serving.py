@@ -57,7 +57,13 @@ from regional_scheduler.learned.policy import (
     load_checkpoint,
 )
 from regional_scheduler.learned.replay import ReplayResult, memoised_replay
-from regional_scheduler.policies.base import ScorePolicy, Scores
+from regional_scheduler.policies.base import (
+    ObservesUnschedulable,
+    ReportsRunCounts,
+    ScorePolicy,
+    Scores,
+    WorkloadAware,
+)
 from regional_scheduler.policies.fgd import FgdPolicy
 
 NAME = "learned"
@@ -99,7 +105,7 @@ def cluster_profile(state: ClusterState) -> str:
     return "gpu" if int(state.gpu_count.sum()) > 0 else "cpu"
 
 
-class LearnedScorer:
+class LearnedScorer(WorkloadAware):
     """FGD's scores → the network's bounded correction on the near-best nodes → one score per
     candidate node; FGD's device rule for shared-GPU pods."""
 
@@ -176,7 +182,7 @@ class LearnedScorer:
         return Scores(scores, base.devices)
 
 
-class LearnedPolicy:
+class LearnedPolicy(WorkloadAware, ObservesUnschedulable, ReportsRunCounts):
     """The ``learned`` ScorePolicy: the model inside a time budget, FGD when the model cannot answer."""
 
     name = NAME
@@ -210,6 +216,17 @@ class LearnedPolicy:
 
     def observe_unschedulable(self, state: ClusterState, pod: Pod) -> None:
         self._fallback.observe_unschedulable(state, pod)
+
+    def run_counts(self) -> dict[str, float]:
+        """What a benchmark reports for this run: decisions over the budget, fallbacks to FGD and, with a
+        model, whether the gate (``gate_share``) or the replays left the workload to FGD at the run's end."""
+        counts = {"over_budget_decisions": float(self.over_budget),
+                  "fallback_decisions": float(sum(self.fallback_count.values()))}
+        if self.scorer is not None:
+            counts["gated_to_fgd"] = float(self.scorer.gated)
+            replay = self.scorer.replay
+            counts["replays_chose_fgd"] = float(replay is not None and not replay.keeps_correction)
+        return counts
 
     def _fall_back(self, reason: str, detail: str, state: ClusterState, pod: Pod, nodes: np.ndarray) -> Scores:
         FALLBACKS.labels(reason=reason).inc()
@@ -251,7 +268,7 @@ class ShadowRecord:
         return self.active_node == self.learned_node
 
 
-class ShadowPolicy:
+class ShadowPolicy(WorkloadAware, ObservesUnschedulable):
     """Decide with ``active``; score the same candidates with ``learned`` and record both choices.
 
     The learned policy's errors never affect the active decision (they are counted as fallbacks by
@@ -268,15 +285,13 @@ class ShadowPolicy:
 
     def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
         for policy in (self.active, self.learned):
-            prepare = getattr(policy, "prepare", None)
-            if prepare is not None:
-                prepare(state, workload)
+            if isinstance(policy, WorkloadAware):
+                policy.prepare(state, workload)
 
     def observe_unschedulable(self, state: ClusterState, pod: Pod) -> None:
         for policy in (self.active, self.learned):
-            observe = getattr(policy, "observe_unschedulable", None)
-            if observe is not None:
-                observe(state, pod)
+            if isinstance(policy, ObservesUnschedulable):
+                policy.observe_unschedulable(state, pod)
 
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> Scores:
         result = self.active.score(state, pod, nodes)

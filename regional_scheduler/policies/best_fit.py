@@ -2,7 +2,8 @@
 
 Follows the FGD simulator's ``best_fit_score.go``: ``s = Σ_r w_r (free_r − req_r) / maxSpec_r`` over
 (CPU, GPU) with weights 0.5/0.5 and ``maxSpec`` = (128 CPUs, 8 GPUs); the node score is
-``int((1 − s) · 100)`` (lower leftover is better), ties broken at random.
+``int((1 − s) · 100)`` (lower leftover is better). Ties (the integer score makes them common) go
+to the first node in node order, the scheduler's rule; the FGD simulator draws among them at random.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ import numpy as np
 from meridian.cluster_state import ClusterState
 from meridian.fragmentation import TargetWorkload, fragment_per_type, shape_key
 from meridian.model import MILLI_GPU_PER_DEVICE, Pod
-from regional_scheduler.policies.base import MAX_NODE_SCORE, Scores
+from regional_scheduler.policies.base import MAX_NODE_SCORE, ObservesUnschedulable, Scores, WorkloadAware
 
 NAME = "fgd"
 ONLINE_WINDOW = 2000
@@ -182,7 +182,7 @@ class _Rows:
         return np.flatnonzero(self.assigned[self.of_type] > generation)
 
 
-class FgdPolicy:
+class FgdPolicy(WorkloadAware, ObservesUnschedulable):
     name = NAME
 
     def __init__(self, workload: TargetWorkload | None = None) -> None:

@@ -1,10 +1,10 @@
 """``gpu-clustering``: put pods of the same GPU shape together.
 
 The FGD simulator's ``gpu_clustering_score.go``: a node whose placed pods all share the pod's GPU
-shape class (shared, 1, 2, 4, 8 GPUs) scores in (75, 100]; a node hosting that class among others
-in (50, 75]; an idle node in (25, 50]; a node with only other classes in (0, 25]. Within a band
-the score grows with how little GPU is left: ``25 · (8000 − free milli-GPU) / 8000`` (integer
-arithmetic). CPU-only pods score 0.
+shape class (shared, 1, 2, 4, 8 GPUs) scores in [75, 99]; a node hosting that class among others
+in [50, 74]; an idle node in [25, 49]; a node with only other classes in [0, 24]. Within a band
+the score grows with how little GPU is left: ``25 · (8000 − free milli-GPU) // 8000`` (integer
+arithmetic), so an idle 8-GPU node scores exactly 25. CPU-only pods score 0.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The FGD simulator's ``gpu_packing_score.go`` rule, from high to low score:
 1. the pod fits on already shared GPUs: ``100 − (free share of the used GPUs in %)/10``, at least 50;
 2. it needs idle GPUs on a node that is partly used: ``50 − idle GPUs used``, at least 33;
 3. the node is completely idle: ``33 − its GPU count``, at least its GPU count.
-CPU-only pods score 0 everywhere (random among feasible). Devices are taken tightest-first.
+CPU-only pods score 0 everywhere, so the first feasible node takes them (the framework's tie-break). Devices are taken tightest-first.
 """
 
 from __future__ import annotations

@@ -9,14 +9,14 @@ import numpy as np
 
 from meridian.cluster_state import ClusterState
 from meridian.model import Pod
-from regional_scheduler.policies.base import Scores
+from regional_scheduler.policies.base import ChoosesTieBreak, Scores, TieBreak
 
 NAME = "random"
 
 
-class RandomPolicy:
+class RandomPolicy(ChoosesTieBreak):
     name = NAME
-    tie_break = "random"
+    tie_break: TieBreak = "random"
 
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> Scores:
         return Scores(np.zeros(nodes.size))

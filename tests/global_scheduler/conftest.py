@@ -4,7 +4,6 @@ the test's key prefix), and regional dispatch workers on small simulated cluster
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -18,8 +17,7 @@ from meridian.bus import open_bus
 from meridian.model import GIB, Node, Resources
 from protos import global_api_pb2_grpc as api_grpc
 from regional_scheduler.dispatch_worker import DispatchWorker, DispatchWorkerSettings, simulated_cluster
-
-TOKEN = "test-token"
+from tests.global_api_helpers import TOKEN, wait_for
 
 
 def nodes(prefix: str, count: int, cpu: str = "32", memory_gib: int = 128, gpus: int = 0) -> list[Node]:
@@ -52,16 +50,6 @@ class Federation:
         t.start()
         self.stops[name] = stop
         self.threads.append(t)
-
-
-def wait_for(predicate: Callable[[], object], timeout_s: float = 30.0, what: str = "condition") -> object:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from global_scheduler.validation import (
 from meridian.cli import build_app
 from protos import global_api_pb2 as api
 from protos import global_api_pb2_grpc as api_grpc
-from tests.global_scheduler.conftest import TOKEN, wait_for
+from tests.global_api_helpers import TOKEN, wait_for
 
 pytestmark = pytest.mark.faults  # part of the hardening suite: pytest -m faults
 

@@ -67,14 +67,14 @@ def test_default_policies_are_gnn_and_every_baseline(tmp_path: Path) -> None:
     assert summary["failures_vs_least_carbon_slo"] == [data["policies"]["gnn"]["failures"], safe["failures"]]
 
 
-@pytest.mark.parametrize("command", ["routing", "routing-bound"])
+# The same window options in `python -m experiments.carbon_bound`: tests/experiments/test_carbon_bound.py.
 @pytest.mark.parametrize(("args", "message"), [
     pytest.param(["--start", "13-45"], "is not MM-DD", id="bad-start"),
     pytest.param(["--carbon", "EMPTY"], "no carbon CSV files", id="empty-carbon-folder"),
 ])
-def test_window_errors_are_usage_errors(tmp_path: Path, command: str, args: list[str], message: str) -> None:
+def test_window_errors_are_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
     args = [str(tmp_path) if a == "EMPTY" else a for a in args]
-    res = CliRunner().invoke(build_app(), ["bench", command, "--days", "1", "--clusters", "2", *args])
+    res = CliRunner().invoke(build_app(), ["bench", "routing", "--days", "1", "--clusters", "2", *args])
     assert res.exit_code == 2, res.output  # a usage error, not a traceback
     # rich wraps the message inside a box at any width: compare without spaces and box edges
     assert message.replace(" ", "") in re.sub(r"[\s│]+", "", res.output), res.output

@@ -26,7 +26,7 @@ from global_scheduler.cli_output import (
 from global_scheduler.client import GlobalClient, state_reached
 from meridian.cli import build_app
 from protos import global_api_pb2 as api
-from tests.global_scheduler.conftest import wait_for
+from tests.global_api_helpers import wait_for
 
 TOKEN = "test-token"
 WATCH_LINE = re.compile(r"^\d\d:\d\d:\d\d  (\w+) ", re.MULTILINE)

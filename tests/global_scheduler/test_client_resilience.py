@@ -20,7 +20,8 @@ from global_scheduler.server import build_server
 from meridian.bus import open_bus
 from meridian.cli import build_app
 from protos import global_api_pb2 as api
-from tests.global_scheduler.conftest import TOKEN, Federation, wait_for
+from tests.global_api_helpers import TOKEN, wait_for
+from tests.global_scheduler.conftest import Federation
 
 pytestmark = pytest.mark.faults  # part of the hardening suite: pytest -m faults
 

@@ -13,33 +13,7 @@ from prometheus_client import REGISTRY
 
 from global_scheduler.errors import error_details
 from protos import global_api_pb2 as api
-
-TOKEN = "test-token"  # the federation fixture's token
-
-
-def wait_for(predicate, timeout_s: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
-AUTH = (("authorization", f"Bearer {TOKEN}"),)
-
-
-def spec(**kw: object) -> api.WorkloadSpec:
-    base: dict[str, object] = {"name": "web", "tenant": "shop", "replicas": 2,
-                               "requests": api.ResourceQuantities(cpu="2", memory="4Gi")}
-    base.update(kw)
-    return api.WorkloadSpec(**base)
-
-
-def wait_state(stub, wid: str, state: int, timeout_s: float = 30.0) -> api.Workload:
-    return wait_for(lambda: (w := stub.GetWorkload(api.GetWorkloadRequest(id=wid), metadata=AUTH)).state == state and w,
-                    timeout_s, f"workload {wid} to reach {api.WorkloadState.Name(state)}")
+from tests.global_api_helpers import AUTH, TOKEN, spec, wait_for, wait_state
 
 
 def test_submit_dispatch_place_running(federation) -> None:

@@ -14,8 +14,8 @@ import time
 import numpy as np
 import pytest
 from prometheus_client import REGISTRY
-from test_global_api import AUTH, spec, wait_for, wait_state
 
+from global_scheduler import routing_pass
 from global_scheduler.registry import ClusterRegistry
 from global_scheduler.routing.base import DEFER, Router
 from global_scheduler.routing.registry import get_policy
@@ -26,6 +26,7 @@ from gnn.features import WorkloadFeatures
 from meridian.bus import open_bus
 from protos import global_api_pb2 as api
 from protos import telemetry_pb2 as tpb
+from tests.global_api_helpers import AUTH, spec, wait_for, wait_state
 
 GIB = 2**30
 
@@ -92,7 +93,23 @@ def _fallbacks(policy: str) -> float:
         "component": "global", "policy": policy, "reason": "routing worker failed"}) or 0.0
 
 
-def test_killed_worker_loses_nothing_and_is_replaced(federation) -> None:
+class _RoutingWorkerClock:
+    """``routing_pass``'s view of the ``time`` module, with a monotonic clock the test moves forward by hand
+    (the worker's back-off is measured on it), so no test waits the back-off out in real time."""
+
+    def __init__(self) -> None:
+        self.offset_s = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.offset_s
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+
+def test_killed_worker_loses_nothing_and_is_replaced(federation, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _RoutingWorkerClock()
+    monkeypatch.setattr(routing_pass, "time", clock)
     fed = federation(routing_worker=True)
     engine = fed.engine
     stub = fed.stub()
@@ -110,13 +127,14 @@ def test_killed_worker_loses_nothing_and_is_replaced(federation) -> None:
     assert engine.routed_by[first_pid] == 3 and engine.routed_by[os.getpid()] == 0
 
     failed_before = _fallbacks(engine.policy_name)
-    engine.worker.retry_after_s = 1.0
+    # A back-off far longer than the test: the worker stays down however slowly the passes below run.
+    engine.worker.retry_after_s = 3600.0
     os.kill(first_pid, signal.SIGKILL)
     during = submit([f"b{i}" for i in range(3)])  # routed in the API's process while the worker is down
     assert engine.routed_by[os.getpid()] >= 1
     assert _fallbacks(engine.policy_name) == failed_before + 1
 
-    time.sleep(1.2)
+    clock.offset_s += 3600.0  # the back-off is over: the next pass starts a new worker
     after = submit([f"c{i}" for i in range(3)])
     wait_for(lambda: engine.worker.pid not in (None, first_pid), what="a new routing worker")
     assert engine.worker.restarts == 1 and engine.routed_by[engine.worker.pid] >= 1

@@ -11,7 +11,6 @@ import time
 
 import grpc
 import pytest
-from test_global_api import AUTH, spec, wait_state
 
 from global_scheduler.errors import error_details
 from global_scheduler.scheduler import EVENTS_GROUP, GlobalScheduler
@@ -24,6 +23,7 @@ from protos import dispatch_pb2 as dpb
 from protos import global_api_pb2 as api
 from protos import global_api_pb2_grpc as api_grpc
 from protos import telemetry_pb2 as tpb
+from tests.global_api_helpers import AUTH, spec, wait_state
 
 
 def _restart(fed) -> tuple[GlobalScheduler, api_grpc.GlobalSchedulerStub, object]:
@@ -109,7 +109,8 @@ def test_terminal_workloads_are_purged_after_retention(redis_url: str, key_prefi
     store.update(old_failed.id, state=api.WORKLOAD_STATE_FAILED)
     store.update(running.id, state=api.WORKLOAD_STATE_RUNNING)
     cutoff = store.get(old_failed.id).updated_unix_s + 0.005
-    time.sleep(0.02)
+    while time.time() <= cutoff:  # the next change must be stamped after the cutoff, however coarse the clock
+        time.sleep(0.001)
     store.update(fresh_cancelled.id, state=api.WORKLOAD_STATE_CANCELLED)  # changed after the cutoff
     store.flush()
     assert store.purge(cutoff) == 1
@@ -154,17 +155,19 @@ def test_events_a_dead_instance_read_but_never_acked_are_claimed(redis_url: str,
         running.stop(0.2)
 
 
-class _SlowHashBus:
-    """The real Redis bus, with each hash write held for ``delay_s`` so that submissions overlap it."""
+class _HeldHashBus:
+    """The real Redis bus, with each hash write held until the test sets ``release``, so that submissions
+    overlap it for as long as the test needs, however slowly the threads run."""
 
-    def __init__(self, bus, delay_s: float) -> None:
-        self._bus, self.delay_s = bus, delay_s
+    def __init__(self, bus) -> None:
+        self._bus = bus
         self.writes: list[int] = []  # records per hash write
-        self.started = threading.Event()
+        self.started = threading.Event()  # a hash write has begun (and is held)
+        self.release = threading.Event()  # lets the held writes, and every later one, through
 
     def hash_set(self, key: str, items) -> None:
         self.started.set()
-        time.sleep(self.delay_s)
+        assert self.release.wait(30), "the test never released the held hash write"
         self.writes.append(len(items))
         self._bus.hash_set(key, items)
 
@@ -174,24 +177,29 @@ class _SlowHashBus:
 
 def test_concurrent_submissions_share_writes_and_stay_invisible_until_written(redis_url: str,
                                                                               key_prefix: str) -> None:
-    bus = _SlowHashBus(open_bus(redis_url, key_prefix=key_prefix), delay_s=0.2)
+    bus = _HeldHashBus(open_bus(redis_url, key_prefix=key_prefix))
     store = WorkloadStore(bus)
     req = parse_requests(spec().requests)
     results: list[tuple[api.Workload, bool]] = []
+    submitting = threading.Semaphore(0)  # released once per thread that is about to call create
 
     def submit(key: str) -> None:
+        submitting.release()
         results.append(store.create(spec(name=key), req, key))
 
     first = threading.Thread(target=submit, args=("k0",))
     first.start()
     assert bus.started.wait(5)
-    # While k0's write is in flight, 20 more arrive (and k0 again): none is visible before it is written.
+    # While k0's write is in flight (held until ``release``), 20 more arrive (and k0 again): none is
+    # visible before it is written.
     threads = [threading.Thread(target=submit, args=(f"k{i}",)) for i in range(1, 21)]
     threads.append(threading.Thread(target=submit, args=("k0",)))
     for t in threads:
         t.start()
-    time.sleep(0.05)
+    for _ in range(1 + len(threads)):
+        assert submitting.acquire(timeout=10)
     assert len(store) == 0
+    bus.release.set()
     for t in [first, *threads]:
         t.join(10)
     assert len(store) == 21 and sum(created for _, created in results) == 21
@@ -205,7 +213,7 @@ def test_concurrent_submissions_share_writes_and_stay_invisible_until_written(re
 
 
 def test_a_failed_batch_write_fails_every_submission_in_it_and_keeps_nothing(redis_server) -> None:
-    bus = _SlowHashBus(open_bus(redis_server.url), delay_s=0.3)
+    bus = _HeldHashBus(open_bus(redis_server.url))
     store = WorkloadStore(bus)
     req = parse_requests(spec().requests)
     errors: list[BaseException] = []
@@ -222,11 +230,11 @@ def test_a_failed_batch_write_fails_every_submission_in_it_and_keeps_nothing(red
     redis_server.kill()  # the writes now in flight or waiting all fail
     for t in threads[1:]:
         t.start()
+    bus.release.set()  # k0's write goes on only now, to the dead server
     for t in threads:
         t.join(30)
     assert len(errors) == 6 and all(isinstance(e, BusUnavailableError) for e in errors)
     assert len(store) == 0
     redis_server.start()
-    bus.delay_s = 0.0
     w, created = store.create(spec(name="k3"), req, "k3")  # the key is free again
     assert created and [r.id for r in WorkloadStore(bus).restore()] == [w.id]

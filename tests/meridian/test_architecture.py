@@ -3,6 +3,8 @@
 Components depend on the core, never the other way; the regional tier knows nothing of the global one
 and the global tier places no pods; the GNN package talks to neither Redis nor gRPC; node agents make no
 decisions. ``meridian_demo`` is the composition root of ``meridian demo`` and may import every tier.
+Research lives in ``experiments/`` (as rl-zoo beside Stable-Baselines3): it may import the product,
+and no product package imports it.
 """
 
 from __future__ import annotations
@@ -42,8 +44,13 @@ def imports_of(path: Path) -> set[str]:
     return out
 
 
-def violations(package: str) -> list[str]:
-    banned = FORBIDDEN[package]
+# The product: every package that ships (pyproject's packages). None of them imports the research in experiments/.
+PRODUCT = ("meridian", "meridian_demo", "node_agent", "regional_scheduler", "global_scheduler", "gnn", "protos")
+RESEARCH = {"experiments"}
+
+
+def violations(package: str, banned: set[str] | None = None) -> list[str]:
+    banned = FORBIDDEN[package] if banned is None else banned
     found = []
     for path in sorted((ROOT / package).rglob("*.py")):
         if path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
@@ -63,3 +70,15 @@ def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import os\nfrom global_scheduler.registry import ClusterRegistry\nimport redis.client\n")
     assert {"global_scheduler", "global_scheduler.registry", "redis", "redis.client", "os"} <= imports_of(bad)
+
+
+@pytest.mark.parametrize("package", PRODUCT)
+def test_product_never_imports_experiments(package: str) -> None:
+    assert (ROOT / package).is_dir() and (ROOT / "experiments").is_dir()
+    assert violations(package, RESEARCH) == []
+
+
+def test_the_checker_sees_an_experiment_import(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from experiments.carbon_bound import carbon_lower_bound\n")
+    assert imports_of(bad) & RESEARCH == {"experiments"}

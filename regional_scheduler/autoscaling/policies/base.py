@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from regional_scheduler.autoscaling.forecaster import SeasonalForecast
 from regional_scheduler.autoscaling.guard_rails import GuardRails
@@ -48,6 +48,19 @@ class AutoscalingPolicy(Protocol):
     def reset(self, context: PolicyContext) -> None: ...
 
     def decide(self, observation: Observation) -> int: ...
+
+
+@runtime_checkable
+class FollowsContext(Protocol):
+    """A policy that can take a fresh :class:`PolicyContext` while serving (one more minute of history, a
+    new forecast and sizing) and keep its memory: the HPA's recommendations and scale events, the guard
+    rails' cool-down, a fitted model.
+
+    Declared, not defaulted: a policy without it cannot follow a context in place, so the online
+    autoscaler resets it with each new context instead. A no-op default would leave such a policy on the
+    first minute's forecast and sizing for good."""
+
+    def update_context(self, context: PolicyContext) -> None: ...
 
 
 RECENT_PEAK_MINUTES = 10
@@ -99,7 +112,7 @@ def forecast_spread(context: PolicyContext, observation: Observation) -> float:
     return max(spread, SPREAD_FLOOR_FRACTION * forecast_needed_load(context, observation))
 
 
-class GuardedPolicy:
+class GuardedPolicy(FollowsContext):
     """Wraps a proposing policy with the guard rails (the learned and forecast policies use this)."""
 
     def __init__(self) -> None:

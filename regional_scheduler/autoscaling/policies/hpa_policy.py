@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from regional_scheduler.autoscaling.hpa import HpaBehavior, HpaController, HpaSpec
-from regional_scheduler.autoscaling.policies.base import PolicyContext
+from regional_scheduler.autoscaling.policies.base import FollowsContext, PolicyContext
 from regional_scheduler.autoscaling.simulator import Observation
 
 NAME = "hpa"
 
 
-class HpaPolicy:
+class HpaPolicy(FollowsContext):
     name = NAME
 
     def __init__(self, behavior: HpaBehavior | None = None) -> None:

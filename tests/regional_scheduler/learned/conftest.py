@@ -6,11 +6,10 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from openb_helpers import openb_slice
 
 from meridian.model import GIB, MIB, Node, Pod, Resources
-from meridian.traces import openb
 from regional_scheduler.learned.algorithm import set_random_seed
-from regional_scheduler.learned.augment import augmented_pod_list
 from regional_scheduler.learned.policy import PlacementNet
 
 
@@ -49,18 +48,6 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def _openb_slice(every: int, pod_list: str, *, seed: int, count: int,
-                 augment_seed: int | None = None) -> tuple[list[Node], list[Pod], list[Pod]]:
-    """Every ``every``-th openb node, a shared pod list (GPU-model-constrained with ``augment_seed``)
-    and the first ``count`` pods of it inflated to those nodes' GPU capacity: nodes, list, arrivals."""
-    nodes = openb.load_nodes()[::every]
-    pods = openb.load_pods(openb.openb_dir() / f"openb_pod_list_{pod_list}.csv")
-    if augment_seed is not None:
-        pods, _ = augmented_pod_list(pods, nodes, augment_seed, p_augment=1.0)
-    arrivals = openb.inflate_pods(pods, sum(n.allocatable_resources.gpu for n in nodes) * 1000, seed=seed)
-    return nodes, pods, arrivals[:count]
-
-
 @pytest.fixture(scope="session")
 def make_openb_slice() -> Callable[..., tuple[list[Node], list[Pod], list[Pod]]]:
-    return _openb_slice
+    return openb_slice

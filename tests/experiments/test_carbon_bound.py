@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from global_scheduler.bench_routing import bench_config
-from global_scheduler.carbon_bound import (
+from experiments.carbon_bound import (
+    app,
     carbon_lower_bound,
     node_types,
-    policy_schedule,
     slo_ceiling,
     workload_options,
 )
+from global_scheduler.bench_routing import bench_config, policy_schedule
 from global_scheduler.federation_sim import FederationConfig, FederationSim, TraceWorkload, _Pending
 from global_scheduler.routing.registry import get_policy
-from meridian.cli import build_app
 from meridian.traces import default_traces_dir
 
 GIB = 2**30
@@ -222,7 +222,7 @@ def test_slo_ceiling_bound_between_plain_bound_and_slo_respecting_policies(small
 
 def test_cli_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "bound.json"
-    res = CliRunner().invoke(build_app(), ["bench", "routing-bound", "--days", "1", "--clusters", "6", "--drops", "3",
+    res = CliRunner().invoke(app, ["--days", "1", "--clusters", "6", "--drops", "3",
                                            "--json", str(out)])
     assert res.exit_code == 0, res.output
     assert "carbon lower bound" in res.output
@@ -234,12 +234,12 @@ def test_cli_writes_json(tmp_path: Path) -> None:
 
 def test_cli_slo_ceilings_flag(tmp_path: Path) -> None:
     # One day on two clusters: small enough to solve in a second or two. Off by default, and says so.
-    args = ["bench", "routing-bound", "--days", "1", "--clusters", "2", "--drops", "0"]
+    args = ["--days", "1", "--clusters", "2", "--drops", "0"]
     plain, tight = tmp_path / "plain.json", tmp_path / "tight.json"
-    res = CliRunner().invoke(build_app(), [*args, "--json", str(plain)])
+    res = CliRunner().invoke(app, [*args, "--json", str(plain)])
     assert res.exit_code == 0, res.output
     assert "SLO ceilings off" in " ".join(res.output.split())  # the table title may wrap
-    res = CliRunner().invoke(build_app(), [*args, "--slo-ceilings", "--json", str(tight)])
+    res = CliRunner().invoke(app, [*args, "--slo-ceilings", "--json", str(tight)])
     assert res.exit_code == 0, res.output
     assert "SLO ceilings on" in " ".join(res.output.split())  # the table title may wrap
     p, t = json.loads(plain.read_text()), json.loads(tight.read_text())
@@ -261,3 +261,22 @@ def test_no_feasible_schedule_gives_no_bound() -> None:
     assert r.as_dict()["carbon_kg"] is None and json.loads(json.dumps(r.as_dict(), allow_nan=False))
     # Allowed to leave one unrun, the LP has an optimum again.
     assert math.isfinite(carbon_lower_bound(sim, max_drops=1).carbon_kg)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    pytest.param(["--start", "13-45"], "is not MM-DD", id="bad-start"),
+    pytest.param(["--carbon", "EMPTY"], "no carbon CSV files", id="empty-carbon-folder"),
+])
+def test_window_errors_are_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    args = [str(tmp_path) if a == "EMPTY" else a for a in args]
+    res = CliRunner().invoke(app, ["--days", "1", "--clusters", "2", *args])
+    assert res.exit_code == 2, res.output  # a usage error, not a traceback
+    # rich wraps the message inside a box at any width: compare without spaces and box edges
+    assert message.replace(" ", "") in re.sub(r"[\s│]+", "", res.output), res.output
+
+
+def test_the_bound_is_no_longer_a_meridian_command() -> None:
+    from meridian.cli import build_app
+
+    res = CliRunner().invoke(build_app(), ["bench", "routing-bound", "--help"])
+    assert res.exit_code != 0

@@ -7,8 +7,7 @@ from collections import Counter
 
 import pytest
 
-from regional_scheduler.learned.augment import DEFAULT_MIX, pod_class, resampled_pod_list
-from regional_scheduler.learned.validation import (
+from experiments.validation import (
     N_MIX_PLAIN,
     SEED_SET_STRIDE,
     against_fgd,
@@ -16,6 +15,7 @@ from regional_scheduler.learned.validation import (
     mix_validation_runs,
     validation_runs,
 )
+from regional_scheduler.learned.augment import DEFAULT_MIX, pod_class, resampled_pod_list
 
 
 def test_seed_sets_shift_the_runs_seeds() -> None:
@@ -57,9 +57,9 @@ def test_default_mix_runs_are_plain_then_constrained() -> None:
 
 
 def test_training_and_validation_lists_exclude_every_held_out_list() -> None:
+    from experiments.validation import LISTS
     from meridian.traces import openb
     from regional_scheduler.learned.augment import TRAINING_LISTS
-    from regional_scheduler.learned.validation import LISTS
 
     names = {p.stem.removeprefix("openb_pod_list_") for p in openb.pod_list_paths()}
     held_out = {n for n in names if n == "default" or n.startswith(("gpuspec", "multigpu"))}
@@ -88,7 +88,7 @@ def test_spec_like_lists_are_constrained_like_gpuspec33() -> None:
 
 
 def test_spec_split_gives_every_list_a_low_and_a_high_share() -> None:
-    from regional_scheduler.learned.validation import LISTS, spec_share
+    from experiments.validation import LISTS, spec_share
 
     for j in range(len(LISTS)):
         assert {spec_share(j, 0), spec_share(j, 1)} <= {round(0.05 + 0.30 * i / 9, 4) for i in range(10)}

@@ -1,5 +1,8 @@
 """A rollout (lookahead) teacher over FGD: Bertsekas' one-step policy improvement, truncated.
 
+Question: how much GPU allocation could lookahead over FGD gain, with the future known (an upper
+bound) or sampled from the workload (what an online scheduler could do)? (``docs/bench-learned.md`` §0e)
+
 At each decision the teacher takes FGD's best-scored feasible nodes, groups them by their free
 resources (tied nodes are mostly identical, and identical nodes give identical rollouts), and for
 up to ``k`` distinct candidates simulates: place the pod there, then let FGD place the next
@@ -187,10 +190,10 @@ def validation_episode(j: int, node_fraction: float = 0.3) -> tuple[list, list[P
     """Validation run ``j`` (``validation.py``: training lists only, same augmentation seed) on a
     random ``node_fraction`` of the nodes, its arrivals cut where the arrived GPU request reaches
     100 % of capacity (the benchmark's read-out point). Returns nodes, arrivals, workload."""
+    from experiments.validation import LISTS, N_AUGMENTED
     from meridian.traces import openb
     from regional_scheduler.learned.augment import augmented_pod_list
     from regional_scheduler.learned.env import openb_episode
-    from regional_scheduler.learned.validation import LISTS, N_AUGMENTED
 
     all_nodes = openb.load_nodes()
     name = LISTS[j % len(LISTS)]
@@ -239,15 +242,15 @@ def compare(j: int, policies: dict[str, object], node_fraction: float = 0.3,
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m regional_scheduler.learned.rollout --horizon 32 --k 4 --future trace --runs 0-9``:
+    """``python -m experiments.rollout --horizon 32 --k 4 --future trace --runs 0-9``:
     FGD and the teacher on the same validation episodes (30 % node subsets by default); with
     ``--pod-list default --runs 42-49`` on that shared list's episodes of seeds 42–49 instead, and with
     ``--learned`` the committed learned policy beside them."""
     import argparse
     import json
 
+    from experiments.validation import seed_range
     from regional_scheduler.framework import Scheduler
-    from regional_scheduler.learned.validation import seed_range
 
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--horizon", type=int, default=32)

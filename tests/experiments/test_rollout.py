@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from experiments.rollout import RolloutPolicy, node_signature
 from meridian.cluster_state import ClusterState
 from meridian.model import Node, Pod
 from meridian.simulator import run_arrivals
 from regional_scheduler.filters import run_filters
 from regional_scheduler.framework import Scheduler
-from regional_scheduler.learned.rollout import RolloutPolicy, node_signature
 from regional_scheduler.policies.fgd import FgdPolicy
 
 

@@ -1,13 +1,17 @@
 """The validation split used to choose between placement checkpoints — training lists only.
 
+Question: which of several candidate placement checkpoints (or policies) places more, judged without
+touching a held-out pod list? A research harness, not a training path: it picks a checkpoint by
+setting ``MERIDIAN_LEARNED_CHECKPOINT`` in this process's environment before each run.
+
 Ten full-cluster (1,213-node) openb runs, GPU allocation at 100 % arrived: runs 0–7 on training
 lists augmented with GPU-model constraints (:func:`~regional_scheduler.learned.augment.augmented_pod_list`,
 seed ``5_000_000 + j``, every run augmented), runs 8–9 on plain training lists; openb inflation
 seed ``5000 + j`` (the benchmark uses 42–51). No held-out list (``default``, ``gpuspec*``,
 ``multigpu*``) is used. Run::
 
-    MERIDIAN_LEARNED_CHECKPOINT=path.pt python -m regional_scheduler.learned.validation fgd,learned out.json
-    python -m regional_scheduler.learned.validation fgd,learned out.json gpu 3   # 3 seed sets: 30 runs
+    MERIDIAN_LEARNED_CHECKPOINT=path.pt python -m experiments.validation fgd,learned out.json
+    python -m experiments.validation fgd,learned out.json gpu 3   # 3 seed sets: 30 runs
 
 The *default-mix* split (``mix N`` instead of ``gpu N``, session 6): the session-5 split's lists are
 CPU-heavier than ``default`` (up to 30 % CPU-only pods against 13 %), and on the held-out lists the
@@ -21,7 +25,7 @@ the same kind, so a plain mix run is statistically close to ``default``: this sp
 ``default`` better, and is correspondingly less independent of it. Resample seeds 5,800,000 +
 j + 100 k, augmentation seeds 5,900,000 + j + 100 k, inflation seeds 9000 + j + 100 k::
 
-    python -m regional_scheduler.learned.validation fgd,learned out.json mix 3
+    python -m experiments.validation fgd,learned out.json mix 3
 
 The CPU profile's split (``cpu`` as a third argument): seed-50x200 on seeds 3000–3299 (training uses
 1000+ — up to 1247 for v4 and up to 1159 for v5 (both session 3), and 1300–1499 for a scan — and
@@ -32,7 +36,7 @@ pod = 0.017 points of the mean). Each policy's line also gives the *hard* seeds,
 ask for ≥ 380 of the cluster's 400 CPUs (about half; chosen from the pods alone): ~90 % of the
 learned policy's failures happen there. A fourth argument ``FIRST-LAST`` picks another range::
 
-    python -m regional_scheduler.learned.validation least-allocated,learned=a.pt val.json cpu 3000-3299
+    python -m experiments.validation least-allocated,learned=a.pt val.json cpu 3000-3299
 """
 
 from __future__ import annotations

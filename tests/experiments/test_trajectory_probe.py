@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from experiments.rollout import cut_at_full, list_episode
+from experiments.trajectory_probe import OneTieFgd, probe
 from meridian.cluster_state import ClusterState
 from meridian.model import Node, Pod
 from meridian.simulator import run_arrivals
 from regional_scheduler.filters import run_filters
 from regional_scheduler.framework import Scheduler
-from regional_scheduler.learned.rollout import cut_at_full, list_episode
-from regional_scheduler.learned.trajectory_probe import OneTieFgd, probe
 from regional_scheduler.policies.fgd import FgdPolicy
 
 

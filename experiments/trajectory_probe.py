@@ -1,5 +1,8 @@
 """How much of a run's GPU allocation is its trajectory rather than its policy (docs/targets.md).
 
+Question: how far can re-drawing one early tie-break move the read-out, i.e. which gains over FGD are
+within trajectory noise and no online policy can count on?
+
 FGD breaks exact ties by node order. :class:`OneTieFgd` re-draws a single early decision at random
 among FGD's exact ties and lets FGD decide every other pod. The spread of the read-out over such
 one-decision perturbations says how far picking, in hindsight, the best of several near-equal
@@ -71,7 +74,7 @@ def probe(pod_list: str, seed: int, *, node_fraction: float, perturbations: int,
           first_decisions: int = 64) -> ProbeRow:
     """FGD's GPU allocation (%) at 100 % arrived on one episode, and that of ``perturbations`` runs,
     each with one decision among the first ``first_decisions`` re-drawn among FGD's ties."""
-    from regional_scheduler.learned.rollout import list_episode
+    from experiments.rollout import list_episode
 
     episode = list_episode(pod_list, seed, node_fraction)
     draws = np.random.default_rng(seed).integers(first_decisions, size=perturbations)
@@ -82,12 +85,12 @@ def probe(pod_list: str, seed: int, *, node_fraction: float, perturbations: int,
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m regional_scheduler.learned.trajectory_probe --pod-list default --seeds 42-49
+    """``python -m experiments.trajectory_probe --pod-list default --seeds 42-49
     --node-fraction 1.0 --perturbations 8``."""
     import argparse
     import json
 
-    from regional_scheduler.learned.validation import seed_range
+    from experiments.validation import seed_range
 
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--pod-list", default="default")

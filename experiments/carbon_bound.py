@@ -1,5 +1,10 @@
 """A provable lower bound on the carbon of any routing policy on a federation window, by linear programming.
 
+An experiment, not a routing path (it was ``meridian bench routing-bound``); run it as::
+
+    python -m experiments.carbon_bound --json bench-out/routing-bound-heldout.json
+    python -m experiments.carbon_bound --slo-ceilings --drops 0 --json bench-out/routing-bound-slo-heldout.json
+
 ``meridian bench routing`` compares policies on one :class:`~global_scheduler.federation_sim.FederationSim`
 window. This module answers a different question: what is the least carbon that *any* policy could
 emit on that window while running every workload? It builds a linear programme whose feasible set
@@ -103,18 +108,34 @@ precision.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+import typer
+from rich.table import Table
 from scipy.optimize import linprog
 
-from global_scheduler.federation_sim import FederationSim, IntervalRecord, RunResult
-from global_scheduler.routing.base import RoutingPolicy
+from global_scheduler.cli import (  # the window options and their error handling, shared with `bench routing`
+    CARBON_OPT,
+    CLUSTERS_OPT,
+    DAYS_OPT,
+    PRICES_OPT,
+    SEED_OPT,
+    START_OPT,
+    TRACES_OPT,
+    _config_json,
+    _series_error,
+    _window,
+    console,
+)
+from global_scheduler.federation_sim import FederationSim
 
 GIB = 2**30
 RESOURCES = ("cpu", "memory", "gpu")
@@ -336,19 +357,6 @@ def _ceiling_rows(ceiling: np.ndarray, live: np.ndarray, wi: np.ndarray, xk: np.
                        n_link, n_cap, len(levels))
 
 
-def policy_schedule(sim: FederationSim, policy: RoutingPolicy) -> tuple[RunResult, dict[int, tuple[int, int]]]:
-    """Run ``policy`` on ``sim`` and record where and when each workload started: ``{id: (cluster, hour)}``."""
-    starts: dict[int, tuple[int, int]] = {}
-
-    def hook(_records: list[IntervalRecord]) -> None:
-        # Called after each hour's placements: every running workload is visible at least once.
-        for r in sim.running:
-            if r["id"] not in starts:
-                starts[r["id"]] = (int(r["cluster"]), sim.hour)
-    result = sim.run(policy, on_interval=hook)
-    return result, starts
-
-
 # ---------------------------------------------------------------------------------------- the LP
 @dataclass
 class BoundResult:
@@ -386,8 +394,9 @@ def carbon_lower_bound(sim: FederationSim, *, max_drops: int = 0, late_starts: b
     ``max_drops``: how many workloads (beyond those no policy can place) the schedule may leave
     unrun; 0 bounds the policies that fail no placeable workload. ``method``: HiGHS's interior point
     (with crossover) solves the week's LP in minutes where its dual simplex takes over ten times longer.
-    ``schedule`` (workload id → (cluster, start hour), e.g. from :func:`policy_schedule`) pins every
-    workload to one real schedule and leaves the others out: the optimum is then the power bound of
+    ``schedule`` (workload id → (cluster, start hour), e.g. from
+    :func:`~global_scheduler.bench_routing.policy_schedule`) pins every workload to one real schedule
+    and leaves the others out: the optimum is then the power bound of
     that schedule alone, a check that must stay below the simulator's carbon for it.
     ``slo_ceilings`` adds the utilisation ceilings of latency-sensitive work (module docstring): the
     optimum then bounds only the policies with no SLO violation (and stays infeasible for a pinned
@@ -562,3 +571,86 @@ def carbon_lower_bound(sim: FederationSim, *, max_drops: int = 0, late_starts: b
         out.region_carbon_kg[name] = out.region_carbon_kg.get(name, 0.0) + float((power[k] * coef[k]).sum())
         out.region_vcpu_hours[name] = out.region_vcpu_hours.get(name, 0.0) + float(usage[k, :, 0].sum())
     return out
+
+
+# ---------------------------------------------------------------------------------------- the command
+# ``python -m experiments.carbon_bound`` (formerly ``meridian bench routing-bound``): the same federation
+# window options as ``meridian bench routing``, shared with it through global_scheduler.cli.
+app = typer.Typer(add_completion=False, help=__doc__.partition("\n")[0])
+
+
+@app.command()
+def main(
+    carbon: Path | None = CARBON_OPT,
+    prices: Path | None = PRICES_OPT,
+    start: str = START_OPT,
+    days: int = DAYS_OPT,
+    clusters: int = CLUSTERS_OPT,
+    seed: int = SEED_OPT,
+    drops: int = typer.Option(76, "--drops", min=0, help="Second bound: the LP may leave this many workloads "
+                              "unrun (default: least-carbon's failures on the held-back window; 0 = skip)."),
+    no_late_starts: bool = typer.Option(False, "--no-late-starts", help="Deferrable work starts by its deadline "
+                                        "(bounds policies with no deadline miss; default: by the simulator's "
+                                        "failure hour, as any 0-failure policy may)."),
+    slo_ceilings: bool = typer.Option(False, "--slo-ceilings/--no-slo-ceilings",
+                                      help="Add the utilisation ceilings of latency-sensitive work: the bound "
+                                           "then holds only for policies with no SLO violation (tighter)."),
+    slo_ceiling_below: float = typer.Option(1.0, "--slo-ceiling-below", min=0.0, max=1.0,
+                                            help="With --slo-ceilings: add only ceilings below this utilisation "
+                                                 "(fewer rows, a weaker bound, still valid)."),
+    traces: Path | None = TRACES_OPT,
+    json_out: Path | None = typer.Option(None, "--json", help="Write the results as JSON here."),
+) -> None:
+    """A lower bound (LP relaxation) on the carbon of ANY policy that runs every workload of the window
+    (with --slo-ceilings: of any policy that also breaks no latency SLO)."""
+    cfg, traces_dir = _window(start=start, days=days, clusters=clusters, seed=seed, traces=traces,
+                              carbon=carbon, prices=prices)
+    try:
+        sim = FederationSim(cfg, traces_dir, carbon_dir=carbon, prices_file=prices)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    except KeyError as exc:
+        raise _series_error(exc) from None
+    results = {}
+    for max_drops in ((0, drops) if drops else (0,)):
+        console.print(f"[bold]bound with up to {max_drops} dropped workloads[/bold]")
+        results[f"drops_{max_drops}"] = carbon_lower_bound(sim, max_drops=max_drops,
+                                                           late_starts=not no_late_starts,
+                                                           slo_ceilings=slo_ceilings,
+                                                           slo_ceiling_below=slo_ceiling_below,
+                                                           progress=lambda msg: console.print(f"  {msg}"))
+    which = ("policies with no SLO violation (SLO ceilings on"
+             + (f", those below {slo_ceiling_below:g})" if slo_ceiling_below < 1 else ")") if slo_ceilings
+             else "any policy (SLO ceilings off)")
+    which += ", no deadline miss" if no_late_starts else ""
+    table = Table(title=f"carbon lower bound for {which}: {cfg.clusters} clusters in {len(cfg.regions)} regions, {cfg.days} "
+                  f"days from {cfg.start} (+{cfg.drain_hours} h drain), {len(sim.workloads)} workloads")
+    for col in ("may drop", "bound kg", "dropped", "unplaceable", "variables", "solve s", "status"):
+        table.add_column(col, justify="right")
+    for r in results.values():
+        table.add_row(str(r.max_drops), f"{r.carbon_kg:,.1f}", f"{r.dropped:.1f}", str(r.unplaceable),
+                      f"{r.variables:,}", f"{r.solve_s:.1f}", r.status)
+    console.print(table)
+    first = results["drops_0"]
+    regions = Table(title="where the bound's schedule puts the work (may drop 0)")
+    for col in ("region", "kWh", "kg", "vCPU-h", *(f"kg, may drop {drops}",) * (len(results) > 1)):
+        regions.add_column(col, justify="right")
+    for name in first.region_energy_kwh:
+        extra = [f"{r.region_carbon_kg.get(name, 0):,.0f}" for key, r in results.items() if key != "drops_0"]
+        regions.add_row(name, f"{first.region_energy_kwh[name]:,.0f}", f"{first.region_carbon_kg[name]:,.0f}",
+                        f"{first.region_vcpu_hours[name]:,.0f}", *extra)
+    console.print(regions)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps({"config": _config_json(cfg),
+                                        "slo_ceilings": slo_ceilings, "late_starts": not no_late_starts,
+                                        "bounds": {k: r.as_dict() for k, r in results.items()}},
+                                       indent=2, default=str))
+    failed = [r for r in results.values() if math.isnan(r.carbon_kg)]
+    if failed:  # an LP without an optimum bounds nothing: say so and fail the command
+        console.print(f"[red]no bound: HiGHS ended with {', '.join(r.status for r in failed)}[/red]")
+        raise typer.Exit(1)
+
+
+if __name__ == "__main__":
+    app()
