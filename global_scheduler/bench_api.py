@@ -85,14 +85,14 @@ def _server_main(redis_url: str, prefix: str, policy: str, port_q: mp.Queue, sto
     from global_scheduler.settings import GlobalSchedulerSettings
     from meridian.bus import open_bus
 
-    settings = GlobalSchedulerSettings(api={"listen": "127.0.0.1:0", "max_workers": 16,
+    settings = GlobalSchedulerSettings(api={"listen": "127.0.0.1:0", "max_workers": 16, "health_listen": "127.0.0.1:0",
                                             "gil_switch_interval_ms": gil_switch_interval_ms, **(api_extra or {})},
                                        bus={"url": redis_url, "key_prefix": prefix},
                                        routing={"policy": policy, "worker_process": routing_process},
                                        registry={"cluster_timeout_s": 3600.0, "forget_after_s": 7200.0})
     engine = GlobalScheduler(settings=settings, bus=open_bus(redis_url, key_prefix=prefix))
     running = build_server(engine)
-    port_q.put(running.port)
+    port_q.put((running.port, running.health_port))
     stop_ev.wait()
     # Drain: wait until the router has dispatched everything accepted.
     deadline = time.time() + 120
@@ -234,7 +234,7 @@ def run_api_bench(*, redis_url: str, rate: float = 1200.0, duration_s: float = 1
                                                             gil_switch_interval_ms, routing_process))
     server.start()
     try:
-        port = port_q.get(timeout=120)
+        port, _health_port = port_q.get(timeout=120)
         time.sleep(1.5)  # the registry reads the summaries
         start_at = time.time() + 2.0
         procs = [ctx.Process(target=_client_main, args=(port, rate / clients, duration_s, i, start_at, out_q),
@@ -537,7 +537,7 @@ def run_hostile_api_bench(*, redis_url: str, rate: float = 1000.0, duration_s: f
     server.start()
     hostile: Any = None
     try:
-        port = port_q.get(timeout=120)
+        port, health_port = port_q.get(timeout=120)
         time.sleep(1.5)  # the registry reads the summaries
         # The workload the hostile watches follow: dispatched to a synthetic cluster, never terminal.
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -545,7 +545,8 @@ def run_hostile_api_bench(*, redis_url: str, rate: float = 1000.0, duration_s: f
                 api.SubmitWorkloadRequest(spec=api.WorkloadSpec(name="watched", tenant="bench", replicas=1,
                                                                 requests=api.ResourceQuantities(cpu="1"))),
                 metadata=(("authorization", f"Bearer {CLEAN_TOKEN}"),), timeout=30).id
-        prober = HealthProber(f"127.0.0.1:{port}", interval_s=probe_interval_s)
+        # The kubelet's view: the health-only port (api.health_listen), as deploy/ configures its probes.
+        prober = HealthProber(f"127.0.0.1:{health_port}", interval_s=probe_interval_s)
         prober.start()
         clean = _run_phase(ctx, port, rate=rate, duration_s=duration_s, clients=clients, phase="clean", prober=prober)
         hostile = ctx.Process(target=_hostile_main, args=(port, watched, watches, hostile_tokens, oversized_per_s,

@@ -209,10 +209,14 @@ class RunningServer:
     interceptor: BearerTokenInterceptor | None
     streams: StreamLimiter | None = None
     undecodable: UndecodableRequestInterceptor | None = None
+    health_server: grpc.Server | None = None
+    health_port: int | None = None  # the health-only server's port (api.health_listen), if any
 
     def stop(self, grace_s: float = 1.0) -> None:
         self.health.enter_graceful_shutdown()
         self.server.stop(grace_s).wait(grace_s + 1)
+        if self.health_server is not None:
+            self.health_server.stop(0).wait(1)
         self.engine.stop()
 
 
@@ -261,8 +265,26 @@ def build_server(engine: GlobalScheduler, settings: GlobalSchedulerSettings | No
         port = server.add_insecure_port(api_cfg.listen)
     if port == 0:
         raise RuntimeError(f"could not bind the gRPC API to {api_cfg.listen}")
+    health_server, health_port = (_health_only_server(api_cfg.health_listen, health_servicer)
+                                  if api_cfg.health_listen else (None, None))
     engine.start()
     server.start()
-    log.info("global scheduler API on port %d (%s, auth %s)", port, "TLS" if api_cfg.tls_cert_file else "plaintext",
-             "on" if interceptor else "off")
-    return RunningServer(server, port, engine, health_servicer, interceptor, streams, undecodable)
+    if health_server is not None:
+        health_server.start()
+    log.info("global scheduler API on port %d (%s, auth %s)%s", port, "TLS" if api_cfg.tls_cert_file else "plaintext",
+             "on" if interceptor else "off", f"; health also on port {health_port}" if health_port else "")
+    return RunningServer(server, port, engine, health_servicer, interceptor, streams, undecodable,
+                         health_server, health_port)
+
+
+def _health_only_server(listen: str, servicer: health.HealthServicer) -> tuple[grpc.Server, int]:
+    """The same health servicer (so graceful shutdown shows on both) on a server of its own: two threads
+    no API call can take, and requests capped at 4 KiB (a health Check is a few bytes)."""
+    check_listen(listen, what="the health server", setting="MERIDIAN_GLOBAL_API__HEALTH_LISTEN")
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="health"),
+                         options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 4096)])
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    port = server.add_insecure_port(listen)
+    if port == 0:
+        raise RuntimeError(f"could not bind the health server to {listen}")
+    return server, port

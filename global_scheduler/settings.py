@@ -42,6 +42,11 @@ class ApiSettings(BaseModel):
                                        "off), so one client cannot take every watch slot.")
     reserved_workers: int = Field(4, ge=1, description="Handler threads no stream may take: max_workers must be at "
                                   "least the watch limit plus this, or the API refuses to start.")
+    health_listen: str | None = Field(None, description="host:port of a second, plaintext gRPC server that serves "
+                                      "only grpc.health.v1 on threads of its own (the kubelet's gRPC probes speak "
+                                      "plaintext). grpcio gives a unary call its handler thread before the request "
+                                      "arrives, so a flood of large or slow requests can hold every API thread; "
+                                      "probes here are still answered. None: health only on the API port.")
     gil_switch_interval_ms: float | None = Field(
         0.5, gt=0, le=100, description="Python's thread switch interval (sys.setswitchinterval) set when the API "
         "starts; None leaves the interpreter's 5 ms. Routed in-process (routing.worker_process off), the router thread "

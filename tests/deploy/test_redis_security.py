@@ -193,14 +193,19 @@ def test_only_meridians_redis_clients_reach_redis() -> None:
     assert service["spec"]["ports"][0]["port"] == REDIS_PORT
 
 
-def test_the_global_schedulers_pods_admit_the_api_and_metrics_only() -> None:
+def test_the_global_schedulers_pods_admit_the_api_metrics_and_health_only() -> None:
     policy = _find("NetworkPolicy", "meridian-global-scheduler")["spec"]
     pod = _find("Deployment", "meridian-global-scheduler")["spec"]["template"]
     assert policy["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
     (container,) = pod["spec"]["containers"]
     named = {p["name"]: p["containerPort"] for p in container["ports"]}
     admitted = {p["port"] for rule in policy["ingress"] for p in rule["ports"]}
-    assert admitted == {"grpc", "metrics"} and admitted <= named.keys()
+    assert admitted == {"grpc", "metrics", "health"} and admitted <= named.keys()
+    # The kubelet's gRPC probes speak plaintext: they go to the health-only server, not the TLS API.
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    health_port = int(env["MERIDIAN_GLOBAL_API__HEALTH_LISTEN"].rpartition(":")[2])
+    assert named["health"] == health_port != named["grpc"]
+    assert container["readinessProbe"]["grpc"]["port"] == container["livenessProbe"]["grpc"]["port"] == health_port
 
 
 # ------------------------------------------------------------------ the deployment's ACL, for real

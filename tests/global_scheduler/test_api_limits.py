@@ -4,6 +4,7 @@ answered INVALID_ARGUMENT without a traceback. Real server on loopback, real Red
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -295,3 +296,45 @@ def test_garbage_bytes_are_invalid_argument_without_a_traceback(federation, capl
     # The server goes on serving well-formed calls.
     assert api_grpc.GlobalSchedulerStub(channel).ListClusters(api.ListClustersRequest(), metadata=AUTH,
                                                              timeout=10).clusters
+
+
+def test_the_health_only_port_answers_while_every_api_thread_is_held(federation, monkeypatch) -> None:
+    """grpcio gives a unary call its thread before the request arrives: calls that hold every handler
+    thread (here: a store read held on purpose) starve health checks on the API port, not on
+    api.health_listen's own server."""
+    import threading
+
+    fed = federation(api={"max_workers": 5, "max_watches_total": 1, "health_listen": "127.0.0.1:0"})
+    assert fed.server.health_port
+    release, entered = threading.Event(), threading.Semaphore(0)
+    real_get = fed.engine.store.get
+
+    def held_get(wid: str):
+        entered.release()
+        release.wait(30)
+        return real_get(wid)
+
+    monkeypatch.setattr(fed.engine.store, "get", held_get)
+    auth = (("authorization", f"Bearer {TOKEN}"),)
+    callers = [threading.Thread(target=lambda: _quietly(lambda: fed.stub().GetWorkload(
+        api.GetWorkloadRequest(id="held"), metadata=auth, timeout=30))) for _ in range(5)]
+    for t in callers:
+        t.start()
+    try:
+        for _ in range(5):  # every handler thread is inside the held read
+            assert entered.acquire(timeout=20)
+        with grpc.insecure_channel(f"127.0.0.1:{fed.server.port}") as channel, pytest.raises(grpc.RpcError) as err:
+            health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED  # the API port's probe starves
+        with grpc.insecure_channel(f"127.0.0.1:{fed.server.health_port}") as channel:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5.0)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        release.set()
+        for t in callers:
+            t.join(timeout=30)
+
+
+def _quietly(call) -> None:
+    with contextlib.suppress(grpc.RpcError):
+        call()
