@@ -23,7 +23,8 @@ def test_global_scheduler_serves_grpc_with_probes_and_secret_tokens(monkeypatch:
     pod = d[("Deployment", "meridian-global-scheduler")]["spec"]["template"]["spec"]
     (c,) = pod["containers"]
     assert c["command"][:2] == ["meridian", "global-scheduler"]
-    assert c["readinessProbe"]["grpc"]["port"] == 50051 and c["livenessProbe"]["grpc"]["port"] == 50051
+    # Probes go to the plaintext health-only server (the kubelet's gRPC probes speak no TLS).
+    assert c["readinessProbe"]["grpc"]["port"] == 50052 and c["livenessProbe"]["grpc"]["port"] == 50052
     env = {e["name"]: e for e in c["env"]}
     assert env["MERIDIAN_GLOBAL_API__AUTH_TOKENS"]["valueFrom"]["secretKeyRef"]["name"] == "meridian-global-api"
     assert env["MERIDIAN_GLOBAL_API__LISTEN"]["value"] == "0.0.0.0:50051"
@@ -35,6 +36,7 @@ def test_global_scheduler_serves_grpc_with_probes_and_secret_tokens(monkeypatch:
     configured = GlobalSchedulerSettings()
     assert configured.routing.worker_process and "worker_process" in configured.routing.model_fields_set
     assert configured.routing.policy == "gnn" and configured.registry.cluster_timeout_s == 30
+    assert configured.api.health_listen == "0.0.0.0:50052"
     # One core requested for the API's process and one for its routing worker.
     assert float(c["resources"]["requests"]["cpu"]) >= 2
     svc = d[("Service", "meridian-global-scheduler")]
