@@ -374,8 +374,8 @@ def _hostile_main(port: int, wid: str, watches: int, tokens: list[str], oversize
     # Over the receive limit (refused by the transport), as raw bytes built once: a spec padded with a
     # field the schema does not know (field 1000, length-delimited), inside SubmitWorkloadRequest.spec (1).
     spec = api.WorkloadSpec(name="x", tenant="t", replicas=1, requests=api.ResourceQuantities(cpu="1"))
-    spec_bytes = spec.SerializeToString() + _varint(1000 << 3 | 2) + _varint(oversized_bytes) + b"x" * oversized_bytes
-    oversized_payload = _varint(1 << 3 | 2) + _varint(len(spec_bytes)) + spec_bytes
+    spec_bytes = spec.SerializeToString() + length_delimited_field(1000, b"x" * oversized_bytes)
+    oversized_payload = length_delimited_field(1, spec_bytes)
     raw_submit = channel.unary_unary(f"/{service}/SubmitWorkload")
 
     def send_oversized() -> None:
@@ -427,6 +427,12 @@ def _varint(value: int) -> bytes:
         out.append(byte | (0x80 if value else 0))
         if not value:
             return bytes(out)
+
+
+def length_delimited_field(number: int, payload: bytes) -> bytes:
+    """Field ``number`` holding ``payload`` on the wire, whether or not the schema knows it (a newer or
+    hostile client's unknown field; no message class builds one of any size)."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
 class HealthProber:

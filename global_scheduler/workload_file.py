@@ -113,6 +113,14 @@ _FILE_CONFIG = ConfigDict(strict=True, extra="forbid", alias_generator=AliasGene
     validation_alias=lambda name: AliasChoices(name, to_camel(name))))
 
 
+def _judged_in(message: str, value: Any, info: ValidationInfo) -> Any:
+    """A field of ``spec.<message>`` (requests, weights), judged by the API's validation alone."""
+    name = info.field_name
+    assert name is not None
+    _judged_by_api(f"spec.{message}.{name}", lambda spec: setattr(getattr(spec, message), name, value))
+    return value
+
+
 class RequestsFile(BaseModel):
     """Per-replica requests (``spec.requests``): Kubernetes quantities."""
 
@@ -125,11 +133,8 @@ class RequestsFile(BaseModel):
 
     @field_validator("*")
     @classmethod
-    def _api(cls, value: str, info: ValidationInfo) -> str:
-        name = info.field_name
-        assert name is not None
-        _judged_by_api(f"spec.requests.{name}", lambda spec: setattr(spec.requests, name, value))
-        return value
+    def _api(cls, value: Any, info: ValidationInfo) -> Any:
+        return _judged_in("requests", value, info)
 
 
 class WeightsFile(BaseModel):
@@ -144,11 +149,8 @@ class WeightsFile(BaseModel):
 
     @field_validator("*")
     @classmethod
-    def _api(cls, value: float, info: ValidationInfo) -> float:
-        name = info.field_name
-        assert name is not None
-        _judged_by_api(f"spec.weights.{name}", lambda spec: setattr(spec.weights, name, value))
-        return value
+    def _api(cls, value: Any, info: ValidationInfo) -> Any:
+        return _judged_in("weights", value, info)
 
 
 class WorkloadFile(BaseModel):

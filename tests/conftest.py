@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -25,6 +24,7 @@ from meridian import envtest
 from meridian.bus.cleanup import delete_key_prefix
 from meridian.envtest import ControlPlane
 from meridian.traces import TracesNotFoundError, locate_traces
+from tests.redis_helpers import free_port
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -55,12 +55,6 @@ def key_prefix(redis_url: str) -> Iterator[str]:
         delete_key_prefix(client, prefix)
     finally:
         client.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -3,8 +3,14 @@ and polling waits on a condition or a workload's state (not a test module, so te
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from protos import global_api_pb2 as api
 
@@ -12,14 +18,15 @@ TOKEN = "test-token"  # the federation fixture's token
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
 
 
-def wait_for(predicate: Callable[[], object], timeout_s: float = 30.0, what: str = "condition") -> object:
-    """Poll ``predicate`` every 50 ms until it returns something true (returned) or ``timeout_s`` passes."""
+def wait_for(predicate: Callable[[], Any], timeout_s: float = 30.0, what: str = "condition", *,
+             every_s: float = 0.05) -> Any:
+    """Poll ``predicate`` every ``every_s`` until it returns something true (returned) or ``timeout_s`` passes."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(0.05)
+        time.sleep(every_s)
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
@@ -35,3 +42,14 @@ def wait_state(stub, wid: str, state: int, timeout_s: float = 30.0) -> api.Workl
     """Poll the API until workload ``wid`` is in ``state``; returns it."""
     return wait_for(lambda: (w := stub.GetWorkload(api.GetWorkloadRequest(id=wid), metadata=AUTH)).state == state and w,
                     timeout_s, f"workload {wid} to reach {api.WorkloadState.Name(state)}")
+
+
+def self_signed_certificate(tmp_path: Path) -> tuple[Path, Path]:
+    """(certificate, key) for localhost and 127.0.0.1, valid a day, made with the openssl command."""
+    if shutil.which("openssl") is None:
+        pytest.fail("openssl is needed to make a test certificate (apt-get install openssl)")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return cert, key

@@ -15,6 +15,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from typer.testing import CliRunner
 
+from global_scheduler.bench_api import length_delimited_field
 from global_scheduler.errors import error_details
 from global_scheduler.validation import (
     FIELD_BOUNDS,
@@ -41,19 +42,6 @@ def spec(**kw: object) -> api.WorkloadSpec:
                                "requests": api.ResourceQuantities(cpu="500m")}
     base.update(kw)
     return api.WorkloadSpec(**base)
-
-
-def _unknown_field(number: int, payload: bytes) -> bytes:
-    """A length-delimited field the schema does not know, as a newer (or hostile) client sends it."""
-    def varint(value: int) -> bytes:
-        out = bytearray()
-        while True:
-            byte, value = value & 0x7F, value >> 7
-            out.append(byte | (0x80 if value else 0))
-            if not value:
-                return bytes(out)
-
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 # --- every request field is bounded -----------------------------------------------------------------
@@ -84,7 +72,7 @@ def test_every_string_and_repeated_request_field_has_a_documented_bound() -> Non
 
 def _oversized_spec_request() -> api.SubmitWorkloadRequest:
     request = api.SubmitWorkloadRequest(spec=spec())
-    request.spec.MergeFromString(_unknown_field(1000, b"x" * (MAX_SPEC_BYTES + 1)))
+    request.spec.MergeFromString(length_delimited_field(1000, b"x" * (MAX_SPEC_BYTES + 1)))
     return request
 
 
@@ -164,7 +152,7 @@ def test_a_request_over_one_mib_is_refused_by_the_transport(federation) -> None:
     fed = federation()
     stub = fed.stub()
     request = api.SubmitWorkloadRequest(spec=spec())
-    request.spec.MergeFromString(_unknown_field(1000, b"x" * (3 * 2**19)))  # 1.5 MiB
+    request.spec.MergeFromString(length_delimited_field(1000, b"x" * (3 * 2**19)))  # 1.5 MiB
     with pytest.raises(grpc.RpcError) as err:
         stub.SubmitWorkload(request, metadata=AUTH, timeout=10)
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED

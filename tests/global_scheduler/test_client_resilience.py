@@ -4,8 +4,6 @@ same port, and a plaintext client at a TLS server told so at once (issue 22)."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -20,7 +18,7 @@ from global_scheduler.server import build_server
 from meridian.bus import open_bus
 from meridian.cli import build_app
 from protos import global_api_pb2 as api
-from tests.global_api_helpers import TOKEN, wait_for
+from tests.global_api_helpers import TOKEN, self_signed_certificate, wait_for
 from tests.global_scheduler.conftest import Federation
 
 pytestmark = pytest.mark.faults  # part of the hardening suite: pytest -m faults
@@ -99,19 +97,9 @@ class _Unavailable(grpc.RpcError):
         return "Socket closed"
 
 
-def _certificate(tmp_path: Path) -> tuple[str, str]:
-    if shutil.which("openssl") is None:
-        pytest.fail("openssl is needed to make a test certificate (apt-get install openssl)")
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
-    return str(cert), str(key)
-
-
 def test_plaintext_client_at_a_tls_server_is_told_to_pass_ca(federation, tmp_path: Path) -> None:
-    cert, key = _certificate(tmp_path)
-    fed = federation(tls=(cert, key))
+    cert, key = self_signed_certificate(tmp_path)
+    fed = federation(tls=(str(cert), str(key)))
     assert speaks_tls(fed.target) is True
     t0 = time.monotonic()
     with GlobalClient(fed.target, token=TOKEN) as client, pytest.raises(UnreachableError) as err:
@@ -126,10 +114,10 @@ def test_plaintext_client_at_a_tls_server_is_told_to_pass_ca(federation, tmp_pat
         assert out.exit_code == 2 and "probably serves TLS; pass --ca FILE" in out.output, (args, out.output)
         assert time.monotonic() - t0 < 5
     # With the CA it works; and a TLS client at a plaintext server is told the opposite.
-    out = CliRunner().invoke(build_app(), ["clusters", "--ca", cert], env=env)
+    out = CliRunner().invoke(build_app(), ["clusters", "--ca", str(cert)], env=env)
     assert out.exit_code == 0, out.output
     plain = federation()
-    out = CliRunner().invoke(build_app(), ["clusters", "--ca", cert], env={**env, "MERIDIAN_API": plain.target})
+    out = CliRunner().invoke(build_app(), ["clusters", "--ca", str(cert)], env={**env, "MERIDIAN_API": plain.target})
     assert out.exit_code == 2 and "probably serves plaintext; drop --ca" in out.output, out.output
 
 

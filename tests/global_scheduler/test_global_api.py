@@ -13,7 +13,7 @@ from prometheus_client import REGISTRY
 
 from global_scheduler.errors import error_details
 from protos import global_api_pb2 as api
-from tests.global_api_helpers import AUTH, TOKEN, spec, wait_for, wait_state
+from tests.global_api_helpers import AUTH, TOKEN, self_signed_certificate, spec, wait_for, wait_state
 
 
 def test_submit_dispatch_place_running(federation) -> None:
@@ -252,15 +252,7 @@ def test_failback_of_deferrable_work_that_has_not_started(federation) -> None:
 
 
 def test_tls(federation, tmp_path) -> None:
-    import shutil
-    import subprocess
-
-    if shutil.which("openssl") is None:
-        pytest.fail("openssl is needed to make a test certificate (apt-get install openssl)")
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    cert, key = self_signed_certificate(tmp_path)
     fed = federation(tls=(str(cert), str(key)))
     from protos import global_api_pb2_grpc as api_grpc
 
