@@ -600,3 +600,254 @@ def run_hostile_api_bench(*, redis_url: str, rate: float = 1000.0, duration_s: f
         "dispatch": {"accepted": len(accepted), "dispatched_unique": len(seen),
                      "duplicates": sum(c - 1 for c in seen.values() if c > 1), "missing": len(accepted - set(seen))},
     }
+
+
+# --- high availability: two replicas, the leader killed mid-run ----------------------------------------
+
+
+def _ha_server_main(index: int, redis_url: str, prefix: str, policy: str, port_q: mp.Queue, stop_ev: mp.Event,
+                    stats_q: mp.Queue, gil_switch_interval_ms: float | None, routing_process: bool,
+                    ha: dict[str, Any]) -> None:
+    """One replica (``ha.enabled``) of the global scheduler; reports its port, and, when stopped, its figures."""
+    import torch
+
+    torch.set_num_threads(1)
+    from global_scheduler.leadership import Replica
+    from global_scheduler.scheduler import GlobalScheduler
+    from global_scheduler.server import build_server
+    from global_scheduler.settings import GlobalSchedulerSettings
+    from meridian.bus import open_bus
+
+    settings = GlobalSchedulerSettings(api={"listen": "127.0.0.1:0", "max_workers": 16,
+                                            "gil_switch_interval_ms": gil_switch_interval_ms},
+                                       bus={"url": redis_url, "key_prefix": prefix},
+                                       routing={"policy": policy, "worker_process": routing_process},
+                                       registry={"cluster_timeout_s": 3600.0, "forget_after_s": 7200.0},
+                                       ha={"enabled": True, **ha})
+    replica = Replica.from_settings(settings, make_engine=lambda fence: GlobalScheduler(
+        settings=settings, bus=open_bus(redis_url, key_prefix=prefix), fence=fence))
+    running = build_server(None, settings, replica=replica)
+    port_q.put((index, running.port, os.getpid()))
+    stop_ev.wait()
+    deadline = time.time() + 120
+    while time.time() < deadline:  # drain: the leader has dispatched everything accepted
+        if replica.leading() and replica.engine.store.counts_by_state().get(1, 0) == 0:
+            break
+        time.sleep(0.2)
+    engine = replica.engine
+    stats_q.put({"index": index, "leading": replica.leading(), "terms": replica.elector.terms,
+                 "became_leader_unix_s": replica.became_leader_at, "restore_s": replica.restore_s,
+                 "stored": len(engine.store), "dispatched_total": engine.dispatched_total,
+                 "pending": engine.store.counts_by_state().get(1, 0), "fence_refused": replica.fence.refused,
+                 "ids": [w.id for w in engine.store.list(limit=10**9)[0]],  # what its API holds (ListWorkloads)
+                 "dispatched_ids": [wid for wid, _, _ in engine.store.dispatched()]})
+    running.stop(0.5)
+
+
+def _ha_client_main(ports: list[int], rate: float, duration_s: float, index: int, start_at: float,
+                    out_q: mp.Queue) -> None:
+    """Open-loop paced submissions to ``ports[index % 2]``; after a failed call the client sends to the other
+    replica (as a load balancer would). Each call is recorded: (sent, done) wall times, ok, id or code."""
+    import grpc
+
+    from protos import global_api_pb2 as api
+    from protos import global_api_pb2_grpc as api_grpc
+
+    stubs = []
+    channels = []
+    for port in ports:
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        channels.append(channel)
+        stubs.append(api_grpc.GlobalSchedulerStub(channel))
+    target = [index % len(ports)]
+    lock = threading.Lock()
+    inflight = threading.Semaphore(512)
+    calls: list[tuple[float, float, bool, str]] = []
+    spec = api.WorkloadSpec(name="bench", tenant=f"tenant-{index}", replicas=2,
+                            requests=api.ResourceQuantities(cpu="500m", memory="1Gi"))
+
+    def done(fut: Any, t0: float, used: int) -> None:
+        t1 = time.time()
+        try:
+            record = (t0, t1, True, fut.result().id)
+        except grpc.RpcError as exc:
+            record = (t0, t1, False, exc.code().name if exc.code() else "UNKNOWN")
+            with lock:
+                if target[0] == used:
+                    target[0] = (used + 1) % len(stubs)
+        with lock:
+            calls.append(record)
+        inflight.release()
+
+    while time.time() < start_at:
+        time.sleep(0.001)
+    t_start = time.perf_counter()
+    n = 0
+    interval = 1.0 / rate
+    while True:
+        at = t_start + n * interval
+        now = time.perf_counter()
+        if at - t_start >= duration_s:
+            break
+        if at > now:
+            time.sleep(at - now)
+        inflight.acquire()
+        with lock:
+            used = target[0]
+        t0 = time.time()
+        fut = stubs[used].SubmitWorkload.future(
+            api.SubmitWorkloadRequest(spec=spec, idempotency_key=f"ha-c{index}-{n}"), timeout=30)
+        fut.add_done_callback(lambda f, t0=t0, used=used: done(f, t0, used))
+        n += 1
+    for _ in range(512):
+        inflight.acquire()
+    for channel in channels:
+        channel.close()
+    out_q.put({"calls": calls, "sent": n, "elapsed": time.perf_counter() - t_start})
+
+
+def run_ha_api_bench(*, redis_url: str, rate: float = 500.0, duration_s: float = 10.0, clients: int = 2,
+                     clusters: int = 10, policy: str = "gnn", kill_leader_at: float = 0.5,
+                     lease_duration_s: float = 5.0, gil_switch_interval_ms: float | None = 0.5,
+                     routing_process: bool = True) -> dict[str, Any]:
+    """Two replicas, clients on both, the leader ``kill -9``-ed at ``kill_leader_at`` of the run. Reports
+    accepted (acknowledged workloads), lost (acknowledged, absent from the surviving replica's API), missing
+    (acknowledged, no place published) and of those unpublished_at_kill (DISPATCHED in the store: made durable
+    by the killed leader, not yet published when it died; reconciliation's case), dispatched_twice (a workload with places of two attempts, or of one attempt on two clusters: nothing is
+    rerouted in this run), failover_s (kill → the survivor holds the lock; and → the first submission sent
+    after the kill acknowledged) and the submissions that failed."""
+    import redis as redis_py
+
+    from global_scheduler.leadership import LOCK_KEY, LeaderRecord
+    from meridian.bus import dispatch_stream, open_bus, redis_client
+    from protos import dispatch_pb2 as dpb
+
+    if not 0.0 < kill_leader_at < 1.0:
+        raise ValueError(f"kill_leader_at is a fraction of the run, in (0, 1): {kill_leader_at}")
+    ha = {"lease_duration_s": lease_duration_s, "renew_deadline_s": 0.7 * lease_duration_s,
+          "retry_period_s": 0.1 * lease_duration_s}
+    prefix = f"bench-api-{uuid.uuid4().hex[:8]}:"
+    ctx = mp.get_context("spawn")
+    port_q: mp.Queue = ctx.Queue()
+    stats_q: mp.Queue = ctx.Queue()
+    out_q: mp.Queue = ctx.Queue()
+    # One event per replica: setting an Event another process waits on waits for every waiter to wake, and a
+    # killed waiter never does.
+    stop_evs = [ctx.Event(), ctx.Event()]
+    publish_clusters(redis_url, prefix, clusters)
+    servers = [ctx.Process(target=_ha_server_main, args=(i, redis_url, prefix, policy, port_q, stop_evs[i], stats_q,
+                                                         gil_switch_interval_ms, routing_process, ha))
+               for i in range(2)]
+    for s in servers:
+        s.start()
+    lock_client: redis_py.Redis = redis_client(redis_url, socket_timeout=2)
+    lock_key = prefix + LOCK_KEY
+
+    def holder() -> LeaderRecord | None:
+        return LeaderRecord.parse(lock_client.get(lock_key))
+
+    killed = -1
+    try:
+        ports: dict[int, int] = {}
+        for _ in servers:
+            index, port, _pid = port_q.get(timeout=180)
+            ports[index] = port
+        by_address = {f"127.0.0.1:{p}": i for i, p in ports.items()}
+        deadline = time.time() + 60
+        while (first := holder()) is None or first.advertise not in by_address:
+            if time.time() > deadline:
+                raise RuntimeError("no leader was elected")
+            time.sleep(0.05)
+        time.sleep(1.5)  # the leader's registry reads the summaries
+        start_at = time.time() + 2.0
+        port_list = [ports[0], ports[1]]
+        procs = [ctx.Process(target=_ha_client_main, args=(port_list, rate / clients, duration_s, i, start_at, out_q),
+                             daemon=True) for i in range(clients)]
+        for p in procs:
+            p.start()
+        kill_at = start_at + kill_leader_at * duration_s
+        time.sleep(max(0.0, kill_at - time.time()))
+        leader_before = holder()
+        assert leader_before is not None
+        killed = by_address[leader_before.advertise]
+        victim = servers[killed]
+        assert victim.pid is not None
+        os.kill(victim.pid, 9)
+        killed_at = time.time()
+        lock_taken_at = None
+        while time.time() < killed_at + 120:
+            now = holder()
+            if now is not None and now.epoch > leader_before.epoch:
+                lock_taken_at = time.time()
+                break
+            time.sleep(0.01)
+        results = [out_q.get(timeout=duration_s + 240) for _ in procs]
+        for p in procs:
+            p.join(timeout=10)
+        survivor = 1 - killed
+        stop_evs[survivor].set()
+        stats = stats_q.get(timeout=180)
+        held = set(stats.pop("ids"))  # everything the survivor holds
+        dispatched_held = set(stats.pop("dispatched_ids"))
+        servers[survivor].join(timeout=30)
+    finally:
+        for s in servers:
+            if s.is_alive():
+                s.terminate()
+                s.join(timeout=10)
+        lock_client.close()
+    calls = [c for r in results for c in r["calls"]]
+    ok = [c for c in calls if c[2]]
+    failed = [c for c in calls if not c[2]]
+    accepted = {c[3] for c in ok}
+    after = sorted(c[1] for c in ok if c[0] >= killed_at)
+    bus = open_bus(redis_url, key_prefix=prefix)
+    places: dict[str, dict[int, set[str]]] = {}
+    entries = 0
+    for i in range(clusters):
+        cluster = f"bench-{i}"
+        for entry in bus.read_range(dispatch_stream(cluster)):
+            msg = dpb.DispatchMessage.FromString(entry.payload)
+            if msg.WhichOneof("action") == "place":
+                places.setdefault(msg.place.workload_id, {}).setdefault(msg.place.attempt, set()).add(cluster)
+                entries += 1
+    bus.close()
+    remove_run_keys(redis_url, prefix)
+    twice = sorted(wid for wid, by_attempt in places.items()
+                   if len(by_attempt) > 1 or any(len(where) > 1 for where in by_attempt.values()))
+    lat = np.array([(c[1] - c[0]) * 1000 for c in ok]) if ok else np.zeros(1)
+    elapsed = max(r["elapsed"] for r in results)
+    codes = Counter(c[3] for c in failed)
+    recovered_at = after[0] if after else float("inf")
+
+    def window(lo: float, hi: float) -> dict[str, float | int]:
+        ms = np.array([(c[1] - c[0]) * 1000 for c in ok if lo <= c[0] < hi])
+        if not ms.size:
+            return {"calls": 0}
+        return {"calls": int(ms.size), "p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99))}
+
+    return {
+        "mode": "ha-kill-leader", "offered_per_s": rate, "duration_s": duration_s, "clients": clients,
+        "clusters": clusters, "policy": policy, "routing_process": routing_process, "cpu_count": os.cpu_count(),
+        "kill_leader_at": kill_leader_at, "lease_duration_s": lease_duration_s, **{f"ha_{k}": v for k, v in ha.items()},
+        "sent": sum(r["sent"] for r in results), "accepted": len(accepted), "errors": len(failed),
+        "error_codes": dict(codes),
+        "errors_after_kill": sum(1 for c in failed if c[1] >= killed_at),
+        "lost": len(accepted - held), "dispatched_entries": entries, "dispatched_unique": len(places),
+        "dispatched_twice": len(twice), "dispatched_twice_ids": twice[:20],
+        "missing": len(accepted - set(places)),
+        # Made durable (DISPATCHED) by the killed leader, which died before publishing them: the crash between
+        # the durable write and the publish that reconciliation heals (same attempt) once a summary made after
+        # reconcile.grace_s shows the cluster does not hold them (this run's synthetic clusters report once).
+        "unpublished_at_kill": len((accepted - set(places)) & dispatched_held),
+        "lock_takeover_s": None if lock_taken_at is None else lock_taken_at - killed_at,
+        "failover_s": after[0] - killed_at if after else None,
+        "throughput_per_s": len(ok) / elapsed if elapsed else 0.0,
+        "latency_ms_p50": float(np.percentile(lat, 50)), "latency_ms_p99": float(np.percentile(lat, 99)),
+        "latency_ms_max": float(lat.max()), "killed_replica": killed,
+        # Acknowledged calls' latency (ms) by when they were sent: before the kill, during the failover, after it.
+        "latency_ms_by_phase": {"before_kill": window(0.0, killed_at), "failover": window(killed_at, recovered_at),
+                                "after_failover": window(recovered_at, float("inf"))},
+        "survivor": {k: v for k, v in stats.items() if k != "index"},
+        "redis_key_prefix": prefix,
+    }

@@ -312,6 +312,14 @@ def register(cli: CliRoot) -> None:
               metrics_port: int = typer.Option(0, help="Serve Prometheus metrics on this port (0 = off)."),
               insecure: bool = typer.Option(False, "--insecure", help="Allow serving without tokens beyond "
                                             "loopback (a trusted network only)."),
+              ha: bool | None = typer.Option(None, "--ha/--no-ha", help="High availability: one of several replicas "
+                                             "electing a leader on the bus's Redis; only the leader routes, the others "
+                                             "forward API calls to it (default from MERIDIAN_GLOBAL_HA__ENABLED, off)."),
+              advertise: str | None = typer.Option(None, help="With --ha: host:port the other replicas forward calls to "
+                                                   "(default: the listen address; MERIDIAN_GLOBAL_HA__ADVERTISE)."),
+              federation_config: Path | None = typer.Option(
+                  None, "--federation-config", dir_okay=False, help="Federation file: regions and member clusters "
+                  "(docs/federation-config.md; default from MERIDIAN_GLOBAL_REGISTRY__CONFIG_FILE)."),
               ) -> None:
         """Serve the global API (settings: MERIDIAN_GLOBAL_* environment variables)."""
         from global_scheduler.settings import GlobalSchedulerSettings
@@ -326,6 +334,12 @@ def register(cli: CliRoot) -> None:
             settings.routing.policy = policy
         if insecure:
             settings.api.insecure = True
+        if ha is not None:
+            settings.ha.enabled = ha
+        if advertise:
+            settings.ha.advertise = advertise
+        if federation_config:
+            settings.registry.config_file = federation_config
         from global_scheduler.settings import unsafe_api_reason
 
         reason = unsafe_api_reason(settings.api)
@@ -371,7 +385,20 @@ def register(cli: CliRoot) -> None:
                 hooks.append(_energy)
             except ImportError as exc:  # the accounting package is optional for the API
                 log.warning("energy reports not served: %s", exc)
-        engine = GlobalScheduler(settings=settings, bus=open_bus(settings.bus.url, key_prefix=settings.bus.key_prefix))
+        replica = None
+        if settings.ha.enabled:
+            from global_scheduler.leadership import Replica
+
+            try:
+                replica = Replica.from_settings(settings, make_engine=lambda fence: GlobalScheduler(
+                    settings=settings, bus=open_bus(settings.bus.url, key_prefix=settings.bus.key_prefix),
+                    fence=fence))
+            except ValueError as exc:
+                raise UserError(str(exc), hint="see docs/high-availability.md, or run without --ha") from exc
+            engine = replica.engine
+        else:
+            engine = GlobalScheduler(settings=settings, bus=open_bus(settings.bus.url,
+                                                                     key_prefix=settings.bus.key_prefix))
         stop_accounting: threading.Event | None = None
         if hooks:
             # Fill the ledger that EnergyReports serves: energy of each interval between two summaries of a
@@ -383,10 +410,11 @@ def register(cli: CliRoot) -> None:
             accountant = SummaryAccountant(
                 bus=open_bus(settings.bus.url, key_prefix=settings.bus.key_prefix), ledger=ledger,
                 consumer=f"accounting-{socket.gethostname()}",
-                price_per_mwh=lambda region, t_s: engine.registry.prices.get(region, 0.0))
+                price_per_mwh=lambda region, t_s: (replica.engine if replica else engine).registry.prices.get(region, 0.0))
             _, stop_accounting = start_accounting(accountant)
-        running = build_server(engine, extra_services=hooks)
-        console.print(f"global scheduler listening on port {running.port} (policy {settings.routing.policy})")
+        running = build_server(engine, extra_services=hooks, replica=replica)
+        console.print(f"global scheduler listening on port {running.port} (policy {settings.routing.policy}"
+                      f"{', high availability: ' + str(replica.advertise) if replica else ''})")
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -513,9 +541,21 @@ def register(cli: CliRoot) -> None:
                                              help="With --hostile: requests over the receive limit per second."),
         garbage_rate: float = typer.Option(100.0, "--garbage-rate", min=0.0,
                                            help="With --hostile: garbage-byte calls per second."),
+        kill_leader_at: float | None = typer.Option(None, "--kill-leader-at", min=0.0, max=1.0,
+                                                    help="High availability: run two replicas (ha.enabled), clients on "
+                                                         "both, and kill -9 the leader at this fraction of the run; "
+                                                         "reports accepted, lost, dispatched_twice and failover_s."),
+        lease_s: float = typer.Option(5.0, "--lease-s", min=0.1, help="With --kill-leader-at: the leader lease "
+                                      "(ha.lease_duration_s; renew deadline 0.7x, retry period 0.1x)."),
     ) -> None:
         """Sustained SubmitWorkload load over loopback; checks every accepted workload is dispatched once."""
         from global_scheduler.bench_api import run_api_bench
+
+        if kill_leader_at is not None:
+            _bench_api_ha(duration=duration, rate=rate, clients=clients, clusters=clusters, policy=policy,
+                          redis_url=redis_url, json_out=json_out, gil_switch_ms=gil_switch_ms,
+                          routing_process=routing_process, kill_leader_at=kill_leader_at, lease_s=lease_s)
+            return
 
         if hostile:
             _bench_api_hostile(duration=duration, rate=rate, clients=clients, clusters=clusters, policy=policy,
@@ -545,6 +585,40 @@ def register(cli: CliRoot) -> None:
         if json_out is not None:
             json_out.parent.mkdir(parents=True, exist_ok=True)
             json_out.write_text(json.dumps(d, indent=2))
+
+    def _bench_api_ha(*, duration: float, rate: float, clients: int, clusters: int, policy: str, redis_url: str,
+                      json_out: Path | None, gil_switch_ms: float, routing_process: bool, kill_leader_at: float,
+                      lease_s: float) -> None:
+        from global_scheduler.bench_api import run_ha_api_bench
+
+        with console.status(f"{rate:.0f} calls/s for {duration:.0f} s on two replicas, the leader killed at "
+                            f"{kill_leader_at:.0%}…"):
+            r = run_ha_api_bench(redis_url=redis_url, rate=rate, duration_s=duration, clients=clients,
+                                 clusters=clusters, policy=policy, kill_leader_at=kill_leader_at,
+                                 lease_duration_s=lease_s, gil_switch_interval_ms=gil_switch_ms or None,
+                                 routing_process=routing_process)
+        table = Table(title=f"SubmitWorkload on two replicas, leader killed at {kill_leader_at:.0%} of the run "
+                            f"(lease {lease_s:g} s, policy {policy})")
+        for col in ("offered/s", "accepted", "errors", "lost", "dispatched", "dispatched_twice", "missing",
+                    "failover_s", "lock_takeover_s", "p99 ms"):
+            table.add_column(col, justify="right")
+
+        def secs(v: float | None) -> str:
+            return "-" if v is None else f"{v:.2f}"
+
+        table.add_row(f"{r['offered_per_s']:.0f}", str(r["accepted"]), str(r["errors"]), str(r["lost"]),
+                      str(r["dispatched_unique"]), str(r["dispatched_twice"]), str(r["missing"]),
+                      secs(r["failover_s"]), secs(r["lock_takeover_s"]), f"{r['latency_ms_p99']:.1f}")
+        console.print(table)
+        if r["missing"]:
+            console.print(f"{r['unpublished_at_kill']} of the {r['missing']} missing were made durable by the killed "
+                          "leader but not yet published (DISPATCHED: reconciliation publishes them)")
+        if r["error_codes"]:
+            console.print(f"failed submissions by code: {r['error_codes']} ({r['errors_after_kill']} completed after "
+                          "the kill)")
+        if json_out is not None:
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+            json_out.write_text(json.dumps(r, indent=2, default=str))
 
     def _bench_api_hostile(*, duration: float, rate: float, clients: int, clusters: int, policy: str,
                            redis_url: str, json_out: Path | None, gil_switch_ms: float, routing_process: bool,

@@ -103,6 +103,8 @@ WORKLOAD_COLUMNS: tuple[Column, ...] = (
     Column("TENANT", lambda w, wide, now: w.spec.tenant),
     Column("STATE", lambda w, wide, now: _state(w)),
     Column("CLUSTER", lambda w, wide, now: w.cluster),
+    Column("READY", lambda w, wide, now: f"{w.ready_replicas}/{w.spec.replicas}" if w.cluster else "",
+           wide_only=True),
     Column("REGION", lambda w, wide, now: w.region, wide_only=True),
     Column("NODES", lambda w, wide, now: _nodes(w), wide_only=True),
     Column("REPLICAS", lambda w, wide, now: str(w.spec.replicas) if w.spec.replicas else "", wide_only=True),
@@ -215,7 +217,8 @@ def render_clusters(items: Sequence[Any], output: str, *, width: int | None = No
 
 def watch_key(w: Any) -> tuple[Any, ...]:
     """What a watch line shows, less its time: a snapshot with the same key prints nothing."""
-    return (w.state, w.cluster, w.region, w.attempt, w.message, tuple(w.nodes), w.not_before_unix_s)
+    return (w.state, w.cluster, w.region, w.attempt, w.message, tuple(w.nodes), w.not_before_unix_s,
+            w.ready_replicas)
 
 
 def watch_line(w: Any, output: str) -> str:

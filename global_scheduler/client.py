@@ -28,7 +28,8 @@ from protos import global_api_pb2_grpc as api_grpc
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 Reply = TypeVar("Reply")
-TERMINAL_STATES = frozenset({api.WORKLOAD_STATE_FAILED, api.WORKLOAD_STATE_CANCELLED})
+TERMINAL_STATES = frozenset({api.WORKLOAD_STATE_FAILED, api.WORKLOAD_STATE_CANCELLED,
+                             api.WORKLOAD_STATE_SUCCEEDED})
 # The steps a workload goes through before it ends; a reroute takes it back to PENDING.
 PROGRESS_STATES = (api.WORKLOAD_STATE_PENDING, api.WORKLOAD_STATE_DISPATCHED, api.WORKLOAD_STATE_SCHEDULED,
                    api.WORKLOAD_STATE_RUNNING)

@@ -51,23 +51,14 @@ import numpy as np
 from global_scheduler.routing.base import DEFER, NO_CLUSTER, Router, RoutingPolicy
 from gnn.features import ClusterFeatures, WorkloadFeatures, crit_utilisation, latency_ms
 from meridian import grid_data, power_model
+from meridian.regions import Region, bandwidth_gbps_for_km, haversine_km, rtt_ms_for_km
 from meridian.traces import missing_trace
 
 GIB = 2**30
 
 
-@dataclass(frozen=True)
-class Region:
-    name: str
-    carbon_zone: str
-    carbon_year: int  # the year of the zone's series read for the window (its own data)
-    price_area: str  # ENTSO-E bidding area; a proxy for regions outside ENTSO-E
-    pue: float
-    lat: float
-    lon: float
-
-
-# Train and evaluation regions. GB and BR are never seen in training.
+# Train and evaluation regions of the benchmark (the live scheduler reads its regions from its federation
+# configuration, docs/federation-config.md). GB and BR are never seen in training.
 REGIONS: dict[str, Region] = {
     "eu-north": Region("eu-north", "NO", 2023, "NO1", 1.10, 59.91, 10.75),
     "eu-central": Region("eu-central", "DE", 2020, "DE-LU", 1.30, 50.11, 8.68),
@@ -170,13 +161,6 @@ def _hash_unit(text: str) -> float:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") / 2**64
 
 
-def haversine_km(a: Region, b: Region) -> float:
-    p1, p2 = math.radians(a.lat), math.radians(b.lat)
-    dp, dl = p2 - p1, math.radians(b.lon - a.lon)
-    h = math.sin(dp / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(dl / 2) ** 2
-    return 2 * 6371.0 * math.asin(math.sqrt(h))
-
-
 def rtt_matrix(regions: list[Region]) -> tuple[np.ndarray, np.ndarray]:
     n = len(regions)
     rtt = np.zeros((n, n))
@@ -184,8 +168,8 @@ def rtt_matrix(regions: list[Region]) -> tuple[np.ndarray, np.ndarray]:
     for i, a in enumerate(regions):
         for j, b in enumerate(regions):
             km = haversine_km(a, b)
-            rtt[i, j] = 2.0 + km / 66.0
-            bw[i, j] = 100.0 if km < 3000 else 40.0
+            rtt[i, j] = rtt_ms_for_km(km)
+            bw[i, j] = bandwidth_gbps_for_km(km)
     return rtt, bw
 
 

@@ -16,6 +16,16 @@ counts those placements) clears the reservations made before it was generated.
 :meth:`ClusterRegistry.holdings_view` gives the scheduler's reconciliation what a cluster's latest summary
 says it holds.
 
+Regions and clusters come from the federation configuration when one is given (``registry.config_file``,
+:mod:`global_scheduler.federation_config`; :meth:`ClusterRegistry.from_settings`): its regions are the
+configured regions, round trips between regions come from its locations (:mod:`meridian.regions`) with its
+link overrides winning, its PUE (where given) is the region's PUE, and a cluster's region is the one the file
+gives it. A summary from a cluster the file places in another region is applied in the file's region (logged
+once as an error); a summary from a cluster the file does not list is ignored (logged once, counted in
+``meridian_registry_unconfigured_summaries_total``): the file is the source of truth, and a cluster is added by
+adding it there. Without a file, regions are ``registry.regions`` and those the summaries name, and every round
+trip between two regions is ``default_rtt_ms``.
+
 A summary with ``carbon_unknown`` (no node reports a carbon source) is listed with its intensity
 unknown (``Cluster.carbon_unknown``), is not recorded in the carbon history, and routes as the mean
 intensity of the clusters that know theirs, neither the cleanest grid (0) nor the dirtiest.
@@ -32,18 +42,31 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from global_scheduler.carbon_history import HourlyCarbonHistory
-from global_scheduler.federation_sim import REGIONS, haversine_km
+from global_scheduler.federation_config import FederationConfig, FederationConfigError, load_federation_config
 from gnn.features import ClusterFeatures
+from meridian import observability as obs
+from meridian.regions import Location, bandwidth_gbps_for_km, haversine_km, rtt_ms_for_km
 from meridian.telemetry import MAX_NODE_MEMORY_BYTES, MAX_NODE_MILLI_CPU
 from protos import global_api_pb2 as api
 from protos import telemetry_pb2 as tpb
 
+if TYPE_CHECKING:
+    from global_scheduler.settings import RegistrySettings
+
 FORECAST_HOURS = 24
 log = logging.getLogger(__name__)
+UNCONFIGURED_SUMMARIES = obs.counter(
+    "meridian_registry_unconfigured_summaries_total", "Cluster summaries ignored because the federation "
+    "configuration (registry.config_file) does not list their cluster.")
+REGION_MISMATCHES = obs.counter(
+    "meridian_registry_region_mismatches_total", "Cluster summaries naming another region than the federation "
+    "configuration gives their cluster (applied in the configured region).")
+_WARN_ONCE_MAX = 10_000  # clusters (or cluster, region pairs) remembered as already logged
 
 
 @dataclass
@@ -87,10 +110,23 @@ class HoldingsView:
 class ClusterRegistry:
     def __init__(self, *, cluster_timeout_s: float = 15.0, default_rtt_ms: float = 80.0,
                  prices_per_mwh: dict[str, float] | None = None, configured_regions: Sequence[str] = (),
-                 forget_after_s: float = 3600.0) -> None:
+                 forget_after_s: float = 3600.0, federation: FederationConfig | None = None) -> None:
+        if federation is not None and configured_regions:
+            raise ValueError("give configured_regions or a federation configuration, not both: the "
+                             "configuration's regions are the configured ones")
         self.timeout_s = cluster_timeout_s
         self.forget_after_s = forget_after_s
-        self.configured_regions = tuple(configured_regions)
+        self.federation = federation
+        self.configured_regions = federation.region_names if federation is not None else tuple(configured_regions)
+        self._regions_setting = (f"registry.config_file {federation.source}" if federation is not None and
+                                 federation.source else "the federation configuration" if federation is not None
+                                 else "registry.regions")
+        self._locations: dict[str, Location] = federation.locations() if federation is not None else {}
+        self._links: dict[frozenset[str], float] = federation.link_overrides() if federation is not None else {}
+        self._cluster_region: dict[str, str] | None = federation.cluster_regions() if federation is not None else None
+        self._region_pue: dict[str, float] = {r.name: float(r.pue) for r in federation.regions
+                                              if r.pue is not None} if federation is not None else {}
+        self._warned: set[tuple[str, str]] = set()
         self.default_rtt_ms = default_rtt_ms
         self.prices = prices_per_mwh or {}
         self._lock = threading.Lock()
@@ -99,6 +135,47 @@ class ClusterRegistry:
         self.carbon_history = HourlyCarbonHistory()
         self._bus_down_since: float | None = None
         self._bus_back_s = float("-inf")
+
+    @classmethod
+    def from_settings(cls, settings: RegistrySettings) -> ClusterRegistry:
+        """The registry ``settings`` (``GlobalSchedulerSettings.registry``) describe, with the federation file of
+        ``registry.config_file`` read and checked (:class:`~global_scheduler.federation_config.FederationConfigError`
+        when it cannot be used)."""
+        if settings.config_file is not None and settings.regions:
+            raise FederationConfigError(
+                f"registry.regions ({', '.join(settings.regions)}) and registry.config_file ({settings.config_file}) "
+                "are both set", hint="the configuration file lists the regions: unset MERIDIAN_GLOBAL_REGISTRY__REGIONS")
+        federation = load_federation_config(settings.config_file) if settings.config_file is not None else None
+        return cls(cluster_timeout_s=settings.cluster_timeout_s, forget_after_s=settings.forget_after_s,
+                   default_rtt_ms=settings.default_rtt_ms, configured_regions=settings.regions,
+                   federation=federation)
+
+    def _region_for(self, summary: tpb.ClusterSummary) -> str | None:
+        """The region a summary counts in: the configured one of its cluster (None: the configuration does not
+        list it, ignore the summary), or, with no configuration, the one it names. Called under the lock."""
+        if self._cluster_region is None:
+            return summary.region
+        region = self._cluster_region.get(summary.cluster)
+        if region is None:
+            UNCONFIGURED_SUMMARIES.inc()
+            if self._warn_once(summary.cluster, ""):
+                log.warning("summary from cluster %r ignored: %s does not list it (add it under clusters: to "
+                            "route to it)", summary.cluster, self._regions_setting)
+            return None
+        if summary.region != region:
+            REGION_MISMATCHES.inc()
+            if self._warn_once(summary.cluster, summary.region):
+                log.error("cluster %s reports region %r but %s puts it in %r: counted in %r (fix the cluster's "
+                          "region setting or the configuration)", summary.cluster, summary.region,
+                          self._regions_setting, region, region)
+        return region
+
+    def _warn_once(self, cluster: str, region: str) -> bool:
+        key = (cluster, region)
+        if key in self._warned or len(self._warned) >= _WARN_ONCE_MAX:
+            return False
+        self._warned.add(key)
+        return True
 
     # ------------------------------------------------------------------ the bus itself
     def bus_unreachable(self, now_s: float) -> None:
@@ -128,6 +205,9 @@ class ClusterRegistry:
         """Apply a summary; returns True if the cluster was down (or unknown) and is now up."""
         now_s = time.time() if now_s is None else now_s
         with self._lock:
+            region = self._region_for(summary)
+            if region is None:
+                return False
             rec = self._clusters.get(summary.cluster)
             if rec is not None and summary.sequence and summary.sequence <= rec.summary.sequence and \
                     summary.generated_unix_ms <= rec.summary.generated_unix_ms:
@@ -137,22 +217,22 @@ class ClusterRegistry:
                 gap_s = (summary.generated_unix_ms - rec.summary.generated_unix_ms) / 1000.0
                 rec.interval_s = gap_s if rec.interval_s == 0 else 0.8 * rec.interval_s + 0.2 * gap_s
             if rec is None:
-                rec = ClusterRecord(summary.cluster, summary.region, summary, now_s)
+                rec = ClusterRecord(summary.cluster, region, summary, now_s)
                 self._clusters[summary.cluster] = rec
-                if summary.region not in self._regions:
-                    self._regions.append(summary.region)
+                if region not in self._regions:
+                    self._regions.append(region)
             rec.summary = summary
-            rec.region = summary.region
+            rec.region = region
             if not summary.carbon_unknown:
-                self.carbon_history.observe(summary.region, summary.generated_unix_ms / 1000.0 or now_s,
+                self.carbon_history.observe(region, summary.generated_unix_ms / 1000.0 or now_s,
                                             summary.carbon_g_per_kwh)
             rec.last_seen_s = now_s
             rec.ready = summary.nodes_schedulable > 0
             rec.reserved = np.zeros(3)
             rec.max_node_alloc_cpu = max(rec.max_node_alloc_cpu, float(summary.max_node_free_milli_cpu))
             rec.max_node_alloc_mem = max(rec.max_node_alloc_mem, float(summary.max_node_free_memory_bytes))
-            if summary.region not in self._regions:
-                self._regions.append(summary.region)
+            if region not in self._regions:
+                self._regions.append(region)
             return came_up and rec.ready
 
     def sweep(self, now_s: float | None = None) -> list[str]:
@@ -224,17 +304,24 @@ class ClusterRegistry:
                                 held)
 
     def rtt_matrix(self, regions: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Round trip (ms) and bandwidth (Gb/s) between each pair of ``regions``: a configured link's round trip
+        where one is given, else from the configured locations (:mod:`meridian.regions`), else
+        ``default_rtt_ms`` and 40 Gb/s; 2 ms and 100 Gb/s inside a region."""
         n = len(regions)
         rtt = np.full((n, n), self.default_rtt_ms)
         bw = np.full((n, n), 40.0)
         for i, a in enumerate(regions):
             for j, b in enumerate(regions):
                 if i == j:
-                    rtt[i, j], bw[i, j] = 2.0, 100.0
-                elif a in REGIONS and b in REGIONS:
-                    km = haversine_km(REGIONS[a], REGIONS[b])
-                    rtt[i, j] = 2.0 + km / 66.0
-                    bw[i, j] = 100.0 if km < 3000 else 40.0
+                    rtt[i, j], bw[i, j] = rtt_ms_for_km(0.0), bandwidth_gbps_for_km(0.0)
+                    continue
+                where_a, where_b = self._locations.get(a), self._locations.get(b)
+                if where_a is not None and where_b is not None:
+                    km = haversine_km(where_a, where_b)
+                    rtt[i, j], bw[i, j] = rtt_ms_for_km(km), bandwidth_gbps_for_km(km)
+                override = self._links.get(frozenset((a, b)))
+                if override is not None:
+                    rtt[i, j] = override
         return rtt, bw
 
     def fit_outlook(self, *, replicas: int, milli_cpu: int, memory_bytes: int, gpu: float,
@@ -248,7 +335,8 @@ class ClusterRegistry:
           physical limits), known clusters or not; or no reporting cluster can hold it and no region it may
           use can still gain a cluster.
         * ``LATER``: no reporting cluster can hold it, but a region it may use has no reporting cluster yet,
-          and one there could. With configured regions (``registry.regions``) those are the configured
+          and one there could. With configured regions (``registry.regions``, or the regions of
+          ``registry.config_file``) those are the configured
           regions it allows that no cluster reports from. With none configured, nothing bounds where a
           cluster may appear, so every allowed region that no cluster reports from counts (and, with no
           allowed regions, only the case where no cluster has reported at all).
@@ -286,7 +374,7 @@ class ClusterRegistry:
         if candidates:
             return FitOutlook(Fit.NEVER, held)
         return FitOutlook(Fit.NEVER, f"no cluster{where} reports, and none of those regions is configured "
-                          f"(registry.regions: {', '.join(self.configured_regions)})")
+                          f"({self._regions_setting}: {', '.join(self.configured_regions)})")
 
     def ever_fits(self, *, replicas: int, milli_cpu: int, memory_bytes: int, gpu: float,
                   allowed_regions: set[str] | None) -> bool | None:
@@ -328,7 +416,8 @@ class ClusterRegistry:
             fragmentation=np.array([x.fragmentation_score / 100.0 for x in s], dtype=np.float64),
             carbon_now=carbon, carbon_forecast=forecast.mean(axis=1), carbon_forecast_hourly=forecast,
             price_per_mwh=np.array([self.prices.get(r.region, 0.0) for r in records], dtype=np.float64),
-            pue=np.array([x.pue if x.pue >= 1 else 1.0 for x in s], dtype=np.float64),
+            pue=np.array([self._region_pue.get(r.region, x.pue if x.pue >= 1 else 1.0)
+                          for r, x in zip(records, s, strict=True)], dtype=np.float64),
             queue_length=np.array([r.queued for r in records], dtype=np.float64),
             slo_violation_rate=np.zeros(n), ready=np.array([r.ready for r in records], dtype=bool),
             rtt_ms=rtt, bandwidth_gbps=bw)

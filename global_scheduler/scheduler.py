@@ -60,6 +60,7 @@ from global_scheduler.store import ACTIVE_ON_CLUSTER, TERMINAL, Entry, WorkloadS
 from gnn.features import ClusterFeatures, WorkloadFeatures
 from meridian import observability as obs
 from meridian.bus import (
+    MOVES_STREAM,
     SUMMARY_STREAM,
     BusError,
     BusUnavailableError,
@@ -81,24 +82,31 @@ CLASS_WEIGHTS = {  # perf, cost, energy, fairness (the simulator's class default
     "batch": (0.1, 0.1, 0.7, 0.1),
 }
 DEFAULT_EXPECTED_DURATION_H = 4.0
+# The attempt a release names for a workload the scheduler does not know: every attempt there goes.
+STALE_ATTEMPT_ALL = 2**62
 
 
 def workload_class(spec: api.WorkloadSpec) -> str:
     return spec.workload_class or ("batch" if spec.deferrable else "latency-sensitive")
 
 
+def workload_kind(spec: api.WorkloadSpec) -> int:
+    """What a member cluster creates: a Job for batch work (it ends), a Deployment for a service."""
+    return dpb.WORKLOAD_KIND_BATCH if workload_class(spec) == "batch" else dpb.WORKLOAD_KIND_SERVICE
+
+
 class GlobalScheduler:
     def __init__(self, *, settings: GlobalSchedulerSettings, bus: StreamBus, policy: RoutingPolicy | None = None,
-                 instance: str | None = None, clock: Callable[[], float] = time.time) -> None:
+                 instance: str | None = None, clock: Callable[[], float] = time.time,
+                 fence: object | None = None) -> None:
+        """``fence``: high availability (global_scheduler/leadership.py): the store's writes go through it and are
+        refused once this replica is no longer the leader."""
         self.settings = settings
         self.bus = bus
         self.clock = clock
         self.instance = instance or f"global-{uuid.uuid4().hex[:8]}"
-        self.store = WorkloadStore(bus if settings.store.persist else None)
-        self.registry = ClusterRegistry(cluster_timeout_s=settings.registry.cluster_timeout_s,
-                                        forget_after_s=settings.registry.forget_after_s,
-                                        default_rtt_ms=settings.registry.default_rtt_ms,
-                                        configured_regions=settings.registry.regions)
+        self.store = WorkloadStore(bus if settings.store.persist else None, fence=fence)  # type: ignore[arg-type]
+        self.registry = ClusterRegistry.from_settings(settings.registry)  # reads registry.config_file
         kwargs = {"checkpoint": settings.routing.checkpoint} if settings.routing.policy == "gnn" else {}
         self.worker: RoutingWorker | None = None
         if settings.routing.worker_process:
@@ -436,7 +444,7 @@ class GlobalScheduler:
             workload_id=w.id, attempt=attempt, name=w.spec.name, tenant=w.spec.tenant, priority=w.spec.priority,
             replicas=w.spec.replicas, requests=dpb.ReplicaRequests(milli_cpu=r.milli_cpu, memory_bytes=r.memory_bytes,
                                                                    gpu=r.gpu, gpu_milli=r.gpu_milli),
-            dispatched_at_s=now_s)).SerializeToString()
+            dispatched_at_s=now_s, kind=workload_kind(w.spec), image=w.spec.image)).SerializeToString()
 
     def _note_dispatch(self, wid: str, attempt: int, at_s: float) -> None:
         with self._dispatch_sent_lock:
@@ -458,12 +466,16 @@ class GlobalScheduler:
         except (BusUnavailableError, BusError) as exc:
             log.warning("release of %s on %s not sent: %s", wid, cluster, exc)
 
-    def reroute(self, wid: str, *, reason: str, exclude: str | None = None, release_on: str | None = None) -> None:
-        """Back to PENDING and into the queue (or FAILED after ``max_attempts``)."""
+    def reroute(self, wid: str, *, reason: str, move: str, exclude: str | None = None,
+                release_on: str | None = None) -> None:
+        """Back to PENDING and into the queue (or FAILED after ``max_attempts``). ``move`` classes it for the
+        metric and the ``meridian:moves`` record (failover, failback, rejected, reconciliation)."""
         w = self.store.get(wid)
         if w is None or w.state in TERMINAL:
             return
         self._forget_slo(wid)
+        if w.cluster:
+            self._record_move(wid, w.attempt, w.cluster, move, reason)
         if release_on:
             self._publish_release(release_on, wid, w.attempt, reason)
         if w.attempt >= self.settings.routing.max_attempts:
@@ -475,6 +487,16 @@ class GlobalScheduler:
             changes["exclude_cluster"] = exclude
         if self.store.update(wid, expect_attempt=w.attempt, **changes) is not None:
             self.enqueue(wid)
+
+    def _record_move(self, wid: str, attempt: int, cluster: str, kind: str, reason: str) -> None:
+        obs.WORKLOAD_MOVES.labels(kind=kind, cluster=cluster).inc()
+        log.info("workload %s attempt %d: %s off %s (%s)", wid, attempt, kind, cluster, reason)
+        move = dpb.WorkloadMove(workload_id=wid, attempt=attempt, from_cluster=cluster, kind=kind, reason=reason,
+                                time_s=self.clock())
+        try:
+            self.bus.publish(MOVES_STREAM, move.SerializeToString(), maxlen=self.settings.bus.dispatch_maxlen)
+        except (BusUnavailableError, BusError) as exc:  # the move itself stands: the record is for audits
+            log.warning("move of %s not recorded on %s: %s", wid, MOVES_STREAM, exc)
 
     # ------------------------------------------------------------------ summaries
     def _summary_loop(self) -> None:
@@ -518,7 +540,8 @@ class GlobalScheduler:
                 w = self.store.get(wid)
                 if w is not None and w.spec.deferrable and w.state in (api.WORKLOAD_STATE_DISPATCHED,
                                                                        api.WORKLOAD_STATE_SCHEDULED):
-                    self.reroute(wid, reason=f"failback: {cluster} recovered and is cleaner", release_on=other)
+                    self.reroute(wid, reason=f"failback: {cluster} recovered and is cleaner", move="failback",
+                                 release_on=other)
 
     # ------------------------------------------------------------------ events
     def _events_loop(self) -> None:
@@ -564,15 +587,30 @@ class GlobalScheduler:
             return  # an old attempt's news
         if event.phase == dpb.PLACEMENT_PHASE_SCHEDULED and w.state == api.WORKLOAD_STATE_DISPATCHED:
             self.store.update(w.id, expect_attempt=event.attempt, state=api.WORKLOAD_STATE_SCHEDULED,
-                              nodes=list(event.nodes), message=f"scheduled on {event.cluster}")
+                              nodes=list(event.nodes), ready_replicas=event.ready_replicas,
+                              message=f"scheduled on {event.cluster}")
         elif event.phase == dpb.PLACEMENT_PHASE_RUNNING and w.state in (api.WORKLOAD_STATE_DISPATCHED,
-                                                                        api.WORKLOAD_STATE_SCHEDULED):
-            changes: dict[str, object] = {"state": api.WORKLOAD_STATE_RUNNING, "message": f"running on {event.cluster}"}
+                                                                        api.WORKLOAD_STATE_SCHEDULED,
+                                                                        api.WORKLOAD_STATE_RUNNING):
+            changes: dict[str, object] = {"state": api.WORKLOAD_STATE_RUNNING, "message": f"running on {event.cluster}",
+                                          "ready_replicas": event.ready_replicas or w.spec.replicas}
             if event.nodes:
                 changes["nodes"] = list(event.nodes)
             self.store.update(w.id, expect_attempt=event.attempt, **changes)
+        elif event.phase == dpb.PLACEMENT_PHASE_WAITING and w.state in (api.WORKLOAD_STATE_DISPATCHED,
+                                                                        api.WORKLOAD_STATE_SCHEDULED):
+            # Replicas the member's scheduler cannot place yet: its words, until it places them or gives up.
+            self.store.update(w.id, expect_attempt=event.attempt, ready_replicas=event.ready_replicas,
+                              message=f"waiting on {event.cluster}: {event.reason}")
+        elif event.phase == dpb.PLACEMENT_PHASE_SUCCEEDED:
+            self._forget_slo(w.id)
+            self.store.update(w.id, expect_attempt=event.attempt, state=api.WORKLOAD_STATE_SUCCEEDED,
+                              ready_replicas=0, message=f"completed on {event.cluster}")
         elif event.phase == dpb.PLACEMENT_PHASE_FAILED:
-            self.reroute(w.id, reason=f"{event.cluster} rejected it: {event.reason}", exclude=event.cluster)
+            # Released there as well: a member that created objects for it (a Deployment whose replicas
+            # could not be placed) removes them.
+            self.reroute(w.id, reason=f"{event.cluster} rejected it: {event.reason}", move="rejected",
+                         exclude=event.cluster, release_on=event.cluster)
 
     # ------------------------------------------------------------------ liveness
     def _sweep_loop(self) -> None:
@@ -585,7 +623,8 @@ class GlobalScheduler:
             for cluster in self.registry.sweep(self.clock()):
                 log.warning("cluster %s stopped reporting; rerouting its workloads", cluster)
                 for wid in self.store.on_cluster(cluster):
-                    self.reroute(wid, reason=f"cluster {cluster} stopped reporting", release_on=cluster)
+                    self.reroute(wid, reason=f"cluster {cluster} stopped reporting", move="failover",
+                                 release_on=cluster)
 
     # ------------------------------------------------------------------ reconciliation
     def _reconcile_loop(self) -> None:
@@ -631,10 +670,14 @@ class GlobalScheduler:
                 reroutes.append((wid, cluster, verdict.reason))
         for wid, cluster, reason in reroutes:
             why = "it has not reported since this scheduler started" if reason == "cluster_unknown" else "it is down"
-            self.reroute(wid, reason=f"reconciliation: dispatched to {cluster}, but {why}", release_on=cluster)
+            self.reroute(wid, reason=f"reconciliation: dispatched to {cluster}, but {why}", move="reconciliation",
+                         release_on=cluster)
             done["reroute", reason] += 1
         for cluster, items in republish.items():
             done.update(self._republish(cluster, items, now))
+        stale = self._release_stale_copies(now, grace_s)
+        if stale:
+            done["release", "stale_copy"] += stale
         self._forget_dispatches({wid: attempt for wid, _, attempt in dispatched}, older_than_s=now - grace_s)
         for (action, reason), n in done.items():
             obs.RECONCILIATIONS.labels(action=action, reason=reason).inc(n)
@@ -642,6 +685,35 @@ class GlobalScheduler:
             log.warning("reconciliation rerouted %d dispatched workloads off clusters down or unknown: %s",
                         len(reroutes), _some(f"{wid} ({cluster})" for wid, cluster, _ in reroutes))
         return done
+
+    def _release_stale_copies(self, now_s: float, grace_s: float) -> int:
+        """Release what a cluster holds that is not its to hold: a copy left on a cluster that was down when its
+        workload moved (the release sent then may be trimmed away, or the cluster's state restored from a backup),
+        one of a cancelled or failed workload, or of a workload this scheduler does not know. A repeated release
+        is harmless, and releases only the attempt named and older: a newer attempt routed here stays. Returns
+        how many were released."""
+        released = 0
+        for cluster in self.registry.names():
+            view = self.registry.holdings_view(cluster)
+            if view is None or view.workloads is None or not view.ready:
+                continue
+            for wid in view.workloads:
+                w = self.store.get(wid)
+                if w is None:
+                    if view.generated_s - self._started_s < grace_s:
+                        continue  # a summary older than this scheduler's restored store judges nothing
+                    attempt, why = STALE_ATTEMPT_ALL, "unknown to the global scheduler"
+                elif w.cluster != cluster:
+                    attempt, why = w.attempt, f"it is {api.WorkloadState.Name(w.state).removeprefix('WORKLOAD_STATE_').lower()}" + (f" on {w.cluster}" if w.cluster else "")
+                elif w.state in (api.WORKLOAD_STATE_FAILED, api.WORKLOAD_STATE_CANCELLED):
+                    attempt, why = w.attempt, api.WorkloadState.Name(w.state).removeprefix("WORKLOAD_STATE_").lower()
+                else:
+                    continue
+                reason = f"stale copy: {why}"
+                self._record_move(wid, attempt, cluster, "stale_copy", reason)
+                self._publish_release(cluster, wid, attempt, reason)
+                released += 1
+        return released
 
     def _republish(self, cluster: str, items: list[tuple[str, int, str]], now_s: float) -> Counter[tuple[str, str]]:
         """Publish the places of ``items`` (workload, attempt, reason) again, those still DISPATCHED there."""

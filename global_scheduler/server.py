@@ -38,6 +38,7 @@ from grpc_reflection.v1alpha import reflection
 
 from global_scheduler.errors import rich_status
 from global_scheduler.interceptors import StreamLimiter, StreamLimitInterceptor, UndecodableRequestInterceptor
+from global_scheduler.leadership import FencedError, Replica
 from global_scheduler.scheduler import GlobalScheduler
 from global_scheduler.settings import GlobalSchedulerSettings, unsafe_api_reason
 from global_scheduler.store import IdempotencyConflictError
@@ -97,6 +98,9 @@ class GlobalSchedulerServicer(api_grpc.GlobalSchedulerServicer):
                    field="spec.requests", reason="NO_CLUSTER_CAN_FIT")
         try:
             workload, created = self.engine.store.create(spec, parsed, request.idempotency_key)
+        except FencedError as exc:  # high availability: this replica was deposed while the call ran
+            _abort(context, grpc.StatusCode.UNAVAILABLE, f"this replica is no longer the leader ({exc}); nothing was "
+                   "kept, retry", reason="NOT_LEADER")
         except (BusUnavailableError, BusError) as exc:
             _abort(context, grpc.StatusCode.UNAVAILABLE, f"workload store unavailable ({exc}); nothing was kept, "
                    "retry with the same idempotency_key", reason="STORE_UNAVAILABLE")
@@ -211,22 +215,33 @@ class RunningServer:
     undecodable: UndecodableRequestInterceptor | None = None
     health_server: grpc.Server | None = None
     health_port: int | None = None  # the health-only server's port (api.health_listen), if any
+    replica: Replica | None = None  # high availability (ha.enabled): elects, and swaps engines per term
 
     def stop(self, grace_s: float = 1.0) -> None:
         self.health.enter_graceful_shutdown()
         self.server.stop(grace_s).wait(grace_s + 1)
         if self.health_server is not None:
             self.health_server.stop(0).wait(1)
-        self.engine.stop()
+        if self.replica is not None:
+            self.replica.close()  # stops routing, then hands the lock over
+        else:
+            self.engine.stop()
 
 
 class UnsafeSettingsError(ValueError):
     """The API settings would expose it without protection; the message says what to set."""
 
 
-def build_server(engine: GlobalScheduler, settings: GlobalSchedulerSettings | None = None, *,
-                 extra_services: Sequence[ServiceHook] = ()) -> RunningServer:
-    """Create, bind and start the server (and the engine's workers). ``listen`` port 0 picks a free one."""
+def build_server(engine: GlobalScheduler | None, settings: GlobalSchedulerSettings | None = None, *,
+                 extra_services: Sequence[ServiceHook] = (), replica: Replica | None = None) -> RunningServer:
+    """Create, bind and start the server (and the engine's workers). ``listen`` port 0 picks a free one.
+
+    With ``replica`` (high availability, global_scheduler/leadership.py) ``engine`` is ignored: the replica's
+    elector starts, the engine runs only while this replica leads, and calls are forwarded to the leader
+    otherwise (global_scheduler/leader_forwarding.py)."""
+    if replica is not None:
+        engine = replica.engine
+    assert engine is not None
     settings = settings or engine.settings
     reason = unsafe_api_reason(settings.api)
     if reason is not None:
@@ -246,7 +261,12 @@ def build_server(engine: GlobalScheduler, settings: GlobalSchedulerSettings | No
                          interceptors=interceptors,
                          options=[("grpc.so_reuseport", 0),
                                   ("grpc.max_receive_message_length", settings.api.max_receive_message_bytes)])
-    api_grpc.add_GlobalSchedulerServicer_to_server(GlobalSchedulerServicer(engine), server)
+    if replica is not None:
+        from global_scheduler.leader_forwarding import register
+
+        register(server, replica)
+    else:
+        api_grpc.add_GlobalSchedulerServicer_to_server(GlobalSchedulerServicer(engine), server)
     names = [SERVICE_NAME]
     for hook in extra_services:
         names.append(hook(server))
@@ -267,14 +287,21 @@ def build_server(engine: GlobalScheduler, settings: GlobalSchedulerSettings | No
         raise RuntimeError(f"could not bind the gRPC API to {api_cfg.listen}")
     health_server, health_port = (_health_only_server(api_cfg.health_listen, health_servicer)
                                   if api_cfg.health_listen else (None, None))
-    engine.start()
+    if replica is not None:
+        if api_cfg.tls_cert_file and api_cfg.tls_key_file:  # followers forward to the leader over TLS too
+            ca = settings.ha.forward_ca_file or api_cfg.tls_cert_file
+            replica.forward_credentials = grpc.ssl_channel_credentials(root_certificates=ca.read_bytes())
+        host = api_cfg.listen.rpartition(":")[0]
+        replica.start(advertise=None if host.strip("[]") in ("", "0.0.0.0", "::") else f"{host}:{port}")
+    else:
+        engine.start()
     server.start()
     if health_server is not None:
         health_server.start()
     log.info("global scheduler API on port %d (%s, auth %s)%s", port, "TLS" if api_cfg.tls_cert_file else "plaintext",
              "on" if interceptor else "off", f"; health also on port {health_port}" if health_port else "")
     return RunningServer(server, port, engine, health_servicer, interceptor, streams, undecodable,
-                         health_server, health_port)
+                         health_server, health_port, replica)
 
 
 def _health_only_server(listen: str, servicer: health.HealthServicer) -> tuple[grpc.Server, int]:

@@ -106,11 +106,28 @@ class RegistrySettings(BaseModel):
                                   "an hour outlasts a node-pool upgrade or a long Redis outage.")
     sweep_interval_s: float = Field(1.0, gt=0, description="How often liveness is checked (s).")
     default_rtt_ms: float = Field(80.0, gt=0, description="Round trip assumed between two regions that have no "
-                                  "known coordinates (ms).")
+                                  "known coordinates (ms): every pair when config_file is unset (with it, the "
+                                  "file's locations and links give every round trip).")
     regions: list[str] = Field(default_factory=list, description="Regions this deployment routes between. "
                                "Requests naming none of these (nor a region a cluster reports from) are refused "
                                "with UNKNOWN_REGION even before any cluster has reported; empty: only reporting "
-                               "clusters' regions are known, and nothing is judged before the first report.")
+                               "clusters' regions are known, and nothing is judged before the first report. "
+                               "With config_file, leave empty: the file's regions are the configured ones.")
+    config_file: Path | None = Field(None, description="Federation configuration (YAML; docs/federation-config.md): "
+                                     "the regions (location, PUE, price area, carbon zone), the member clusters "
+                                     "and their regions, and round-trip overrides. When set it is the source of "
+                                     "truth: its regions are the configured regions, round trips come from its "
+                                     "locations and links, a cluster's region is the file's, and summaries from "
+                                     "clusters it does not list are ignored (counted in "
+                                     "meridian_registry_unconfigured_summaries_total). Unset: regions from "
+                                     "`regions` and the summaries, every round trip between regions default_rtt_ms.")
+
+    @model_validator(mode="after")
+    def _one_source_of_regions(self) -> RegistrySettings:
+        if self.config_file is not None and self.regions:
+            raise ValueError("registry.regions and registry.config_file are both set: the configuration file "
+                             "lists the regions; unset MERIDIAN_GLOBAL_REGISTRY__REGIONS")
+        return self
 
     @model_validator(mode="after")
     def _forget_after_down(self) -> RegistrySettings:
@@ -166,6 +183,37 @@ class StoreSettings(BaseModel):
                                         "change, so the store does not grow forever. 7 days: a week of audit.")
 
 
+class HaSettings(BaseModel):
+    """High availability (global_scheduler/leadership.py, docs/high-availability.md): replicas elect a leader on a
+    Redis lock with fencing; only the leader routes and dispatches, followers forward API calls to it."""
+
+    enabled: bool = Field(False, description="Run as one of several replicas: elect a leader on the bus's Redis "
+                          "(needs a redis:// bus and store.persist). Off: this process routes alone (one replica).")
+    advertise: str | None = Field(None, description="host:port other replicas forward API calls to while this "
+                                  "one leads (kept next to the lock). None: the API's listen address with its bound "
+                                  "port (must then not be a wildcard address).")
+    lease_duration_s: float = Field(5.0, gt=0, description="The lock's time to live in Redis (s): a dead leader is "
+                                    "replaced within this plus retry_period_s plus the store's restore.")
+    renew_deadline_s: float = Field(3.5, gt=0, description="A leader that could not renew for this long (s) stops "
+                                    "routing; below lease_duration_s, so it stops before its lease expires anywhere.")
+    retry_period_s: float = Field(0.5, gt=0, description="How often (s) the leader renews and a follower tries "
+                                  "to take the lock.")
+    forward_timeout_s: float = Field(15.0, gt=0, description="How long (s) a follower keeps trying to forward a call "
+                                     "while there is no leader (within the caller's deadline); then UNAVAILABLE.")
+    lock_key: str = Field("meridian:global:leader", description="The lock's key (its epoch counter: the key "
+                          "plus ':epoch'), under bus.key_prefix.")
+    forward_ca_file: Path | None = Field(None, description="PEM CA a follower trusts when it forwards to the "
+                                         "leader over TLS (the API has tls_cert_file); None: api.tls_cert_file itself "
+                                         "(a self-signed certificate shared by the replicas).")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> HaSettings:
+        if not 0 < self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
+            raise ValueError(f"ha: need retry_period_s ({self.retry_period_s:g}) < renew_deadline_s "
+                             f"({self.renew_deadline_s:g}) < lease_duration_s ({self.lease_duration_s:g})")
+        return self
+
+
 class GlobalSchedulerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MERIDIAN_GLOBAL_", env_nested_delimiter="__")
 
@@ -175,3 +223,4 @@ class GlobalSchedulerSettings(BaseSettings):
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
+    ha: HaSettings = Field(default_factory=HaSettings)

@@ -17,6 +17,11 @@ Later changes mark the record dirty and :meth:`WorkloadStore.flush` writes all d
 round trip; the engine flushes before it publishes a dispatch and before it acknowledges events, so what
 Redis holds is never behind what the clusters were told. Not kept: excluded clusters of a workload
 (a rejecting cluster may be tried once more after a restart).
+
+High availability: with a ``fence`` every write (new records, flushes, purges) runs in one Redis script
+that first checks the leader lock still holds this replica's fencing token; a deposed leader's write is
+refused whole (:mod:`global_scheduler.leadership`), and since the router flushes a new attempt before
+publishing it, a deposed leader never publishes a new attempt.
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from global_scheduler.validation import ParsedRequests, parse_requests
 from meridian.bus import StreamBus
@@ -37,9 +43,17 @@ log = logging.getLogger(__name__)
 
 WORKLOADS_KEY = "meridian:workloads"
 
-TERMINAL = frozenset({api.WORKLOAD_STATE_FAILED, api.WORKLOAD_STATE_CANCELLED})
+TERMINAL = frozenset({api.WORKLOAD_STATE_FAILED, api.WORKLOAD_STATE_CANCELLED, api.WORKLOAD_STATE_SUCCEEDED})
 ACTIVE_ON_CLUSTER = frozenset({api.WORKLOAD_STATE_DISPATCHED, api.WORKLOAD_STATE_SCHEDULED,
                                api.WORKLOAD_STATE_RUNNING})
+
+
+class HashWriter(Protocol):
+    """Where the store's records are written: the bus, or a fence in front of it."""
+
+    def hash_set(self, key: str, items: Mapping[str, bytes]) -> None: ...
+
+    def hash_delete(self, key: str, fields: Sequence[str]) -> None: ...
 
 
 def _varint_bytes(value: int) -> int:
@@ -71,13 +85,16 @@ class _Batch:
 
 
 class WorkloadStore:
-    def __init__(self, bus: StreamBus | None = None) -> None:
+    def __init__(self, bus: StreamBus | None = None, *, fence: HashWriter | None = None) -> None:
+        """``fence`` (high availability, :class:`global_scheduler.leadership.Fence`): writes go through it, and
+        are refused (``FencedError``, nothing written) unless this replica still holds the leader lock."""
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._entries: dict[str, Entry] = {}
         self._order: list[str] = []
         self._by_key: dict[str, str] = {}
         self._bus = bus
+        self._writer: HashWriter | None = fence if fence is not None and bus is not None else bus
         self._dirty: set[str] = set()
         self._flush_lock = threading.Lock()  # one flush at a time: a late older snapshot must not win
         self._commit_lock = threading.Lock()  # one batch of new records in flight at a time
@@ -150,7 +167,7 @@ class WorkloadStore:
             assert taken is not None  # ``batch`` is not done, so it is still the open one
             try:
                 # Raises BusUnavailableError before anything is kept: the callers answer UNAVAILABLE.
-                self._bus.hash_set(WORKLOADS_KEY, {wid: e.workload.SerializeToString()  # type: ignore[union-attr]
+                self._writer.hash_set(WORKLOADS_KEY, {wid: e.workload.SerializeToString()  # type: ignore[union-attr]
                                                    for wid, e in taken.records.items()})
             except Exception as exc:
                 taken.error = exc
@@ -215,7 +232,7 @@ class WorkloadStore:
                 items = {wid: self._entries[wid].workload.SerializeToString() for wid in self._dirty}
                 self._dirty.clear()
             try:
-                self._bus.hash_set(WORKLOADS_KEY, items)
+                self._writer.hash_set(WORKLOADS_KEY, items)  # type: ignore[union-attr]
             except Exception:
                 with self._lock:
                     self._dirty.update(items)
@@ -253,7 +270,7 @@ class WorkloadStore:
             if not gone:
                 return 0
             if self._bus is not None:
-                self._bus.hash_delete(WORKLOADS_KEY, gone)
+                self._writer.hash_delete(WORKLOADS_KEY, gone)  # type: ignore[union-attr]
             dropped = set(gone)
             for wid in gone:
                 e = self._entries.pop(wid)

@@ -27,6 +27,10 @@ REGION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 # separator) and are shown in terminals (no control, bidi or ANSI escape characters).
 TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/-]{0,252}")
 CLASSES = ("", "latency-sensitive", "batch")
+# A container image reference (registry/repository[:tag][@digest]) as Kubernetes accepts it in a pod's
+# spec; the full grammar is the registry's to enforce, this keeps out spaces, control characters and floods.
+IMAGE = re.compile(r"[a-z0-9][a-z0-9._/:-]{0,254}(@sha256:[a-f0-9]{64})?")
+MAX_IMAGE_CHARS = 255 + 72
 MAX_REPLICAS = 10_000
 MAX_IDEMPOTENCY_KEY = 256
 MAX_ALLOWED_REGIONS = 64  # far more regions than any provider has; bounds what one request can store
@@ -52,6 +56,8 @@ FIELD_BOUNDS: dict[str, str] = {
     "SubmitWorkloadRequest.spec.allowed_regions": f"≤ {MAX_ALLOWED_REGIONS} region names of ≤ 63 characters",
     "SubmitWorkloadRequest.spec.origin_region": "a region name, ≤ 63 characters",
     "SubmitWorkloadRequest.spec.workload_class": "'', 'latency-sensitive' or 'batch'",
+    "SubmitWorkloadRequest.spec.image": "an image reference (lower-case registry/repository[:tag][@sha256:…]), "
+                                        f"≤ {MAX_IMAGE_CHARS} characters",
     "SubmitWorkloadRequest.idempotency_key": f"≤ {MAX_IDEMPOTENCY_KEY} characters",
     "GetWorkloadRequest.id": f"≤ {MAX_ID_CHARS} characters",
     "WatchWorkloadRequest.id": f"≤ {MAX_ID_CHARS} characters",
@@ -151,6 +157,9 @@ def validate_submit(request: api.SubmitWorkloadRequest, *, now_s: float) -> Pars
     for i, region in enumerate(spec.allowed_regions):
         if not REGION.fullmatch(region):
             raise InvalidArgumentError(f"spec.allowed_regions[{i}]", f"{echo(region)} is not a region name")
+    if spec.image and not IMAGE.fullmatch(spec.image):
+        raise InvalidArgumentError("spec.image", f"{echo(spec.image)} is not an image reference (lower-case "
+                                   "registry/repository[:tag][@sha256:digest], no spaces)")
     if spec.origin_region and not REGION.fullmatch(spec.origin_region):
         raise InvalidArgumentError("spec.origin_region", f"{echo(spec.origin_region)} is not a region name")
     if not math.isfinite(spec.latency_slo_ms) or spec.latency_slo_ms < 0:

@@ -14,6 +14,7 @@ be strings or numbers and are parsed as the server parses them::
     deadline: "2026-12-01T06:00:00Z"       # or deadline_unix_s
     weights: {performance: 0.2, energy: 0.8}
     class: batch                           # or workload_class
+    image: registry.example.com/recsys/train:1.4  # optional; empty = the member cluster's default
     idempotencyKey: train-recsys-2026-11-30 # optional
 
 :class:`WorkloadFile` is a strict pydantic model of that shape: no coercion (``allowed_regions:
@@ -172,10 +173,11 @@ class WorkloadFile(BaseModel):
     deadline_unix_s: float = 0.0
     weights: WeightsFile = WeightsFile()
     workload_class: str = ""
+    image: str = ""
     idempotency_key: str = ""
 
     @field_validator("name", "tenant", "replicas", "priority", "allowed_regions", "origin_region",
-                     "latency_slo_ms", "workload_class")
+                     "latency_slo_ms", "workload_class", "image")
     @classmethod
     def _api(cls, value: Any, info: ValidationInfo) -> Any:
         name = info.field_name
@@ -197,7 +199,7 @@ class WorkloadFile(BaseModel):
             requests=api.ResourceQuantities(**self.requests.model_dump()), allowed_regions=self.allowed_regions,
             origin_region=self.origin_region, latency_slo_ms=self.latency_slo_ms, deferrable=self.deferrable,
             deadline_unix_s=deadline_s, weights=api.ObjectiveWeights(**self.weights.model_dump()),
-            workload_class=self.workload_class)
+            workload_class=self.workload_class, image=self.image)
 
 
 # Keys a file may use beside the fields' own names (and their camelCase).

@@ -326,6 +326,8 @@ class ControlPlane:
         self._server: str | None = None
         self._ca_file: Path | None = None
         self._admin_kubeconfig: Path | None = None
+        self._api_argv: list[str] = []
+        self._admin_token = ""
         self._lock = threading.Lock()
         self._started = False
 
@@ -504,7 +506,7 @@ class ControlPlane:
             f"--initial-cluster=envtest={peer_url}", "--initial-cluster-state=new",
             "--logger=zap", "--log-outputs=stderr",
         ])
-        self._spawn("kube-apiserver", [
+        self._api_argv = [
             str(assets / "kube-apiserver"),
             f"--etcd-servers={etcd_url}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api_port}",
@@ -525,7 +527,9 @@ class ControlPlane:
             "--requestheader-username-headers=X-Remote-User",
             "--requestheader-group-headers=X-Remote-Group",
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-        ])
+        ]
+        self._admin_token = admin_token
+        self._spawn("kube-apiserver", self._api_argv)
         self._wait_ready("kube-apiserver", admin_token)
         if self.controller_manager:
             self._spawn("kube-controller-manager", [
@@ -547,6 +551,27 @@ class ControlPlane:
                 f"--cluster-signing-key-file={pki / 'ca.key'}",
             ])
             self._wait_default_service_account()
+
+    def stop_api_server(self) -> None:
+        """Stop the API server alone (etcd and the controllers keep running): a member cluster whose API
+        server stops answering, as the federation tests need. :meth:`start_api_server` brings it back on
+        the same address."""
+        if self.external:
+            raise ControlPlaneError("an external cluster's API server is not this process's to stop")
+        with self._lock:
+            proc = self._processes.pop("kube-apiserver", None)
+        if proc is not None:
+            stop_process(proc)
+
+    def start_api_server(self) -> None:
+        """Start the API server again after :meth:`stop_api_server` and wait until it is ready."""
+        if self.external:
+            raise ControlPlaneError("an external cluster's API server is not this process's to start")
+        with self._lock:
+            running = "kube-apiserver" in self._processes
+        if not running:
+            self._spawn("kube-apiserver", self._api_argv)
+        self._wait_ready("kube-apiserver", self._admin_token)
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         binary = Path(argv[0])

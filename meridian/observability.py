@@ -140,6 +140,9 @@ DECISION_LATENCY = histogram("meridian_decision_latency_seconds", "Wall time of 
 RECONCILIATIONS = counter("meridian_reconciliations_total", "Dispatched workloads the global scheduler's "
                           "reconciliation acted on: published again to their cluster (action republish) or "
                           "rerouted (action reroute), by a short reason class.", ["action", "reason"])
+WORKLOAD_MOVES = counter("meridian_workload_moves_total", "Workloads moved off a cluster (kind failover, failback, "
+                         "rejected, reconciliation) and stale copies released on one (kind stale_copy); each is "
+                         "also a WorkloadMove on meridian:moves.", ["kind", "cluster"])
 DISPATCH_LAG = histogram("meridian_dispatch_lag_seconds", "Time from a workload's acceptance by the global API "
                          "to its dispatch to a cluster (a reroute counts again, from the acceptance).", ["policy"],
                          buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0))

@@ -29,6 +29,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import redis
+import yaml
 
 from global_scheduler.federation_sim import REGIONS, load_dlrm, load_grid
 from global_scheduler.scheduler import GlobalScheduler
@@ -121,6 +122,7 @@ class Federation:
     threads: list[threading.Thread] = field(default_factory=list)
     carbon: dict[str, float] = field(default_factory=dict)
     accounting: threading.Event | None = None
+    config_dir: Path | None = None  # the federation file written for this run
 
     @property
     def target(self) -> str:
@@ -133,6 +135,8 @@ class Federation:
         self.server.stop(0.5)
         for t in self.threads:
             t.join(timeout=5)
+        if self.config_dir is not None:
+            shutil.rmtree(self.config_dir, ignore_errors=True)
         if not self.bus_url.startswith("memory:"):  # nothing writes any more: remove the run's keys
             from meridian.bus import redis_client
             from meridian.bus.cleanup import delete_key_prefix
@@ -153,13 +157,33 @@ def _bus(url: str, key_prefix: str, shared: StreamBus | None) -> StreamBus:
     return shared if shared is not None else open_bus(url, key_prefix=key_prefix)
 
 
+def demo_cluster_names(cfg: DemoConfig) -> dict[str, str]:
+    """The demo's simulated clusters, cluster → region."""
+    return {f"{region}-{c + 1}": region for region in cfg.regions for c in range(cfg.clusters_per_region)}
+
+
+def write_federation_file(cfg: DemoConfig, directory: Path) -> Path:
+    """The demo's regions and clusters as a federation file (docs/federation-config.md), which its global
+    scheduler reads as a production one reads the operator's: locations, PUE, price areas and carbon zones
+    from the simulator's table. The simulated clusters pull their work, so no access is given."""
+    regions = {name: {"location": {"lat": REGIONS[name].lat, "lon": REGIONS[name].lon}, "pue": REGIONS[name].pue,
+                      "price_area": REGIONS[name].price_area, "carbon": {"zone": REGIONS[name].carbon_zone}}
+               for name in cfg.regions}
+    clusters = [{"name": name, "region": region} for name, region in demo_cluster_names(cfg).items()]
+    path = directory / "federation.yaml"
+    path.write_text(yaml.safe_dump({"regions": regions, "clusters": clusters}, sort_keys=False))
+    return path
+
+
 def start_federation(cfg: DemoConfig, *, bus_url: str, traces_dir: Path) -> Federation:
     key_prefix = f"demo-{uuid.uuid4().hex[:8]}:"
     shared = open_bus(bus_url) if bus_url.startswith("memory:") else None
+    config_dir = Path(tempfile.mkdtemp(prefix="meridian-demo-"))
     settings = GlobalSchedulerSettings(
         api={"listen": "127.0.0.1:0", "max_workers": 16},
         bus={"url": bus_url, "key_prefix": key_prefix, "poll_block_ms": 50},
-        registry={"cluster_timeout_s": max(5.0, 10 * cfg.summary_interval_s), "sweep_interval_s": 0.2},
+        registry={"cluster_timeout_s": max(5.0, 10 * cfg.summary_interval_s), "sweep_interval_s": 0.2,
+                  "config_file": write_federation_file(cfg, config_dir)},
         routing={"policy": cfg.routing, "defer_recheck_s": 5.0},
     )
     engine = GlobalScheduler(settings=settings, bus=_bus(bus_url, key_prefix, shared))
@@ -184,7 +208,7 @@ def start_federation(cfg: DemoConfig, *, bus_url: str, traces_dir: Path) -> Fede
         accounting_thread, accounting_stop = start_accounting(accountant)
         accounting_threads.append(accounting_thread)
     server = build_server(engine, extra_services=extra)
-    fed = Federation(bus_url, key_prefix, server, engine, accounting=accounting_stop)
+    fed = Federation(bus_url, key_prefix, server, engine, accounting=accounting_stop, config_dir=config_dir)
     fed.threads.extend(accounting_threads)  # joined on close, before the keys go
 
     nodes = openb.load_nodes(traces_dir / "alibaba-gpu-v2023" / "openb_node_list_gpu_node.csv")

@@ -54,8 +54,10 @@ def build_agent(settings: AgentSettings, *, notify: Callable[[str], None] | None
             carbon_g_per_kwh=settings.carbon.g_per_kwh, pue=settings.pue, labels_every=settings.publish.labels_every))
     else:
         in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-        use_kube = settings.kube.enabled if settings.kube.enabled is not None else in_cluster
-        kube = KubeNodeCollector(settings.node_name, refresh_s=settings.kube.refresh_s) if use_kube else None
+        use_kube = settings.kube.enabled if settings.kube.enabled is not None else \
+            in_cluster or settings.kube.kubeconfig is not None
+        kube = KubeNodeCollector(settings.node_name, refresh_s=settings.kube.refresh_s,
+                                 kubeconfig=settings.kube.kubeconfig) if use_kube else None
         node = (kube.read(0.0) if kube else None) or local_node_info(settings.node_name)
         reporter = NodeReporter(
             cluster=settings.cluster, region=settings.region, node=node, pue=settings.pue,

@@ -60,8 +60,11 @@ class CarbonSettings(BaseModel):
 
 class KubeSettings(BaseModel):
     enabled: bool | None = Field(None, description="Read the node object from the API; None = when running in a "
-                                 "cluster (KUBERNETES_SERVICE_HOST set).")
+                                 "cluster (KUBERNETES_SERVICE_HOST set) or given a kubeconfig.")
     refresh_s: float = Field(30.0, gt=0, description="Seconds between reads of the node object and its pods.")
+    kubeconfig: Path | None = Field(None, description="Kubeconfig to read the node with instead of the pod's "
+                                    "service account (in-cluster) or KUBECONFIG: an agent run outside the "
+                                    "cluster under a given identity (e.g. a ServiceAccount token), as the tests do.")
 
 
 class SimulateSettings(BaseModel):

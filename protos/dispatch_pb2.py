@@ -24,23 +24,27 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15protos/dispatch.proto\x12\x0bmeridian.v1\"Z\n\x0fReplicaRequests\x12\x11\n\tmilli_cpu\x18\x01 \x01(\x03\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x03\x12\x0b\n\x03gpu\x18\x03 \x01(\x03\x12\x11\n\tgpu_milli\x18\x04 \x01(\x03\"\xc0\x01\n\rPlaceWorkload\x12\x13\n\x0bworkload_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x03\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0e\n\x06tenant\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12\x10\n\x08replicas\x18\x06 \x01(\x05\x12.\n\x08requests\x18\x07 \x01(\x0b\x32\x1c.meridian.v1.ReplicaRequests\x12\x17\n\x0f\x64ispatched_at_s\x18\x08 \x01(\x01\"G\n\x0fReleaseWorkload\x12\x13\n\x0bworkload_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x03\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x8a\x01\n\x0f\x44ispatchMessage\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12+\n\x05place\x18\x02 \x01(\x0b\x32\x1a.meridian.v1.PlaceWorkloadH\x00\x12/\n\x07release\x18\x03 \x01(\x0b\x32\x1c.meridian.v1.ReleaseWorkloadH\x00\x42\x08\n\x06\x61\x63tion\"\xa2\x01\n\x0ePlacementEvent\x12\x13\n\x0bworkload_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x03\x12\x0f\n\x07\x63luster\x18\x03 \x01(\t\x12*\n\x05phase\x18\x04 \x01(\x0e\x32\x1b.meridian.v1.PlacementPhase\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\r\n\x05nodes\x18\x06 \x03(\t\x12\x0e\n\x06time_s\x18\x07 \x01(\x01*\xa7\x01\n\x0ePlacementPhase\x12\x1f\n\x1bPLACEMENT_PHASE_UNSPECIFIED\x10\x00\x12\x1d\n\x19PLACEMENT_PHASE_SCHEDULED\x10\x01\x12\x1b\n\x17PLACEMENT_PHASE_RUNNING\x10\x02\x12\x1a\n\x16PLACEMENT_PHASE_FAILED\x10\x03\x12\x1c\n\x18PLACEMENT_PHASE_RELEASED\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15protos/dispatch.proto\x12\x0bmeridian.v1\"Z\n\x0fReplicaRequests\x12\x11\n\tmilli_cpu\x18\x01 \x01(\x03\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x03\x12\x0b\n\x03gpu\x18\x03 \x01(\x03\x12\x11\n\tgpu_milli\x18\x04 \x01(\x03\"\xf8\x01\n\rPlaceWorkload\x12\x13\n\x0bworkload_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x03\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0e\n\x06tenant\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12\x10\n\x08replicas\x18\x06 \x01(\x05\x12.\n\x08requests\x18\x07 \x01(\x0b\x32\x1c.meridian.v1.ReplicaRequests\x12\x17\n\x0f\x64ispatched_at_s\x18\x08 \x01(\x01\x12\'\n\x04kind\x18\t \x01(\x0e\x32\x19.meridian.v1.WorkloadKind\x12\r\n\x05image\x18\n \x01(\t\"G\n\x0fReleaseWorkload\x12\x13\n\x0bworkload_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x03\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x8a\x01\n\x0f\x44ispatchMessage\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12+\n\x05place\x18\x02 \x01(\x0b\x32\x1a.meridian.v1.PlaceWorkloadH\x00\x12/\n\x07release\x18\x03 \x01(\x0b\x32\x1c.meridian.v1.ReleaseWorkloadH\x00\x42\x08\n\x06\x61\x63tion\"\xba\x01\n\x0ePlacementEvent\x12\x13\n\x0bworkload_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x03\x12\x0f\n\x07\x63luster\x18\x03 \x01(\t\x12*\n\x05phase\x18\x04 \x01(\x0e\x32\x1b.meridian.v1.PlacementPhase\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\r\n\x05nodes\x18\x06 \x03(\t\x12\x0e\n\x06time_s\x18\x07 \x01(\x01\x12\x16\n\x0eready_replicas\x18\x08 \x01(\x05\"x\n\x0cWorkloadMove\x12\x13\n\x0bworkload_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x03\x12\x14\n\x0c\x66rom_cluster\x18\x03 \x01(\t\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x0e\n\x06time_s\x18\x06 \x01(\x01*a\n\x0cWorkloadKind\x12\x1d\n\x19WORKLOAD_KIND_UNSPECIFIED\x10\x00\x12\x19\n\x15WORKLOAD_KIND_SERVICE\x10\x01\x12\x17\n\x13WORKLOAD_KIND_BATCH\x10\x02*\xe3\x01\n\x0ePlacementPhase\x12\x1f\n\x1bPLACEMENT_PHASE_UNSPECIFIED\x10\x00\x12\x1d\n\x19PLACEMENT_PHASE_SCHEDULED\x10\x01\x12\x1b\n\x17PLACEMENT_PHASE_RUNNING\x10\x02\x12\x1a\n\x16PLACEMENT_PHASE_FAILED\x10\x03\x12\x1c\n\x18PLACEMENT_PHASE_RELEASED\x10\x04\x12\x1b\n\x17PLACEMENT_PHASE_WAITING\x10\x05\x12\x1d\n\x19PLACEMENT_PHASE_SUCCEEDED\x10\x06\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.dispatch_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PLACEMENTPHASE']._serialized_start=705
-  _globals['_PLACEMENTPHASE']._serialized_end=872
+  _globals['_WORKLOADKIND']._serialized_start=906
+  _globals['_WORKLOADKIND']._serialized_end=1003
+  _globals['_PLACEMENTPHASE']._serialized_start=1006
+  _globals['_PLACEMENTPHASE']._serialized_end=1233
   _globals['_REPLICAREQUESTS']._serialized_start=38
   _globals['_REPLICAREQUESTS']._serialized_end=128
   _globals['_PLACEWORKLOAD']._serialized_start=131
-  _globals['_PLACEWORKLOAD']._serialized_end=323
-  _globals['_RELEASEWORKLOAD']._serialized_start=325
-  _globals['_RELEASEWORKLOAD']._serialized_end=396
-  _globals['_DISPATCHMESSAGE']._serialized_start=399
-  _globals['_DISPATCHMESSAGE']._serialized_end=537
-  _globals['_PLACEMENTEVENT']._serialized_start=540
-  _globals['_PLACEMENTEVENT']._serialized_end=702
+  _globals['_PLACEWORKLOAD']._serialized_end=379
+  _globals['_RELEASEWORKLOAD']._serialized_start=381
+  _globals['_RELEASEWORKLOAD']._serialized_end=452
+  _globals['_DISPATCHMESSAGE']._serialized_start=455
+  _globals['_DISPATCHMESSAGE']._serialized_end=593
+  _globals['_PLACEMENTEVENT']._serialized_start=596
+  _globals['_PLACEMENTEVENT']._serialized_end=782
+  _globals['_WORKLOADMOVE']._serialized_start=784
+  _globals['_WORKLOADMOVE']._serialized_end=904
 # @@protoc_insertion_point(module_scope)

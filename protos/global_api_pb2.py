@@ -24,41 +24,41 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17protos/global_api.proto\x12\x0bmeridian.v1\"Q\n\x12ResourceQuantities\x12\x0b\n\x03\x63pu\x18\x01 \x01(\t\x12\x0e\n\x06memory\x18\x02 \x01(\t\x12\x0b\n\x03gpu\x18\x03 \x01(\t\x12\x11\n\tgpu_milli\x18\x04 \x01(\t\"W\n\x10ObjectiveWeights\x12\x13\n\x0bperformance\x18\x01 \x01(\x01\x12\x0c\n\x04\x63ost\x18\x02 \x01(\x01\x12\x0e\n\x06\x65nergy\x18\x03 \x01(\x01\x12\x10\n\x08\x66\x61irness\x18\x04 \x01(\x01\"\xc0\x02\n\x0cWorkloadSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\x05\x12\x10\n\x08replicas\x18\x04 \x01(\x05\x12\x31\n\x08requests\x18\x05 \x01(\x0b\x32\x1f.meridian.v1.ResourceQuantities\x12\x17\n\x0f\x61llowed_regions\x18\x06 \x03(\t\x12\x15\n\rorigin_region\x18\x07 \x01(\t\x12\x16\n\x0elatency_slo_ms\x18\x08 \x01(\x01\x12\x12\n\ndeferrable\x18\t \x01(\x08\x12\x17\n\x0f\x64\x65\x61\x64line_unix_s\x18\n \x01(\x01\x12.\n\x07weights\x18\x0b \x01(\x0b\x32\x1d.meridian.v1.ObjectiveWeights\x12\x16\n\x0eworkload_class\x18\x0c \x01(\t\"\xa0\x02\n\x08Workload\x12\n\n\x02id\x18\x01 \x01(\t\x12\'\n\x04spec\x18\x02 \x01(\x0b\x32\x19.meridian.v1.WorkloadSpec\x12)\n\x05state\x18\x03 \x01(\x0e\x32\x1a.meridian.v1.WorkloadState\x12\x0f\n\x07\x63luster\x18\x04 \x01(\t\x12\x0e\n\x06region\x18\x05 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x06 \x01(\x03\x12\x0f\n\x07message\x18\x07 \x01(\t\x12\x16\n\x0e\x63reated_unix_s\x18\x08 \x01(\x01\x12\x16\n\x0eupdated_unix_s\x18\t \x01(\x01\x12\x17\n\x0fidempotency_key\x18\n \x01(\t\x12\r\n\x05nodes\x18\x0b \x03(\t\x12\x19\n\x11not_before_unix_s\x18\x0c \x01(\x01\"Y\n\x15SubmitWorkloadRequest\x12\'\n\x04spec\x18\x01 \x01(\x0b\x32\x19.meridian.v1.WorkloadSpec\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\" \n\x12GetWorkloadRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x89\x01\n\x14ListWorkloadsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12)\n\x05state\x18\x02 \x01(\x0e\x32\x1a.meridian.v1.WorkloadState\x12\x0f\n\x07\x63luster\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"Z\n\x15ListWorkloadsResponse\x12(\n\tworkloads\x18\x01 \x03(\x0b\x32\x15.meridian.v1.Workload\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\"\n\x14WatchWorkloadRequest\x12\n\n\x02id\x18\x01 \x01(\t\"#\n\x15\x43\x61ncelWorkloadRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\xd7\x02\n\x07\x43luster\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\r\n\x05ready\x18\x03 \x01(\x08\x12\x18\n\x10last_seen_unix_s\x18\x04 \x01(\x01\x12\x1d\n\x15\x61llocatable_milli_cpu\x18\x05 \x01(\x03\x12\x16\n\x0e\x66ree_milli_cpu\x18\x06 \x01(\x03\x12 \n\x18\x61llocatable_memory_bytes\x18\x07 \x01(\x03\x12\x19\n\x11\x66ree_memory_bytes\x18\x08 \x01(\x03\x12\x0c\n\x04gpus\x18\t \x01(\x03\x12\x11\n\tfree_gpus\x18\n \x01(\x03\x12\r\n\x05nodes\x18\x0b \x01(\x05\x12\x18\n\x10\x63\x61rbon_g_per_kwh\x18\x0c \x01(\x01\x12\x15\n\rprice_per_mwh\x18\r \x01(\x01\x12\x18\n\x10queued_workloads\x18\x0e \x01(\x05\x12\x16\n\x0e\x63\x61rbon_unknown\x18\x0f \x01(\x08\"\x15\n\x13ListClustersRequest\">\n\x14ListClustersResponse\x12&\n\x08\x63lusters\x18\x01 \x03(\x0b\x32\x14.meridian.v1.Cluster*\xdd\x01\n\rWorkloadState\x12\x1e\n\x1aWORKLOAD_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16WORKLOAD_STATE_PENDING\x10\x01\x12\x1d\n\x19WORKLOAD_STATE_DISPATCHED\x10\x02\x12\x1c\n\x18WORKLOAD_STATE_SCHEDULED\x10\x03\x12\x1a\n\x16WORKLOAD_STATE_RUNNING\x10\x04\x12\x19\n\x15WORKLOAD_STATE_FAILED\x10\x05\x12\x1c\n\x18WORKLOAD_STATE_CANCELLED\x10\x06\x32\xec\x03\n\x0fGlobalScheduler\x12K\n\x0eSubmitWorkload\x12\".meridian.v1.SubmitWorkloadRequest\x1a\x15.meridian.v1.Workload\x12\x45\n\x0bGetWorkload\x12\x1f.meridian.v1.GetWorkloadRequest\x1a\x15.meridian.v1.Workload\x12V\n\rListWorkloads\x12!.meridian.v1.ListWorkloadsRequest\x1a\".meridian.v1.ListWorkloadsResponse\x12K\n\rWatchWorkload\x12!.meridian.v1.WatchWorkloadRequest\x1a\x15.meridian.v1.Workload0\x01\x12K\n\x0e\x43\x61ncelWorkload\x12\".meridian.v1.CancelWorkloadRequest\x1a\x15.meridian.v1.Workload\x12S\n\x0cListClusters\x12 .meridian.v1.ListClustersRequest\x1a!.meridian.v1.ListClustersResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17protos/global_api.proto\x12\x0bmeridian.v1\"Q\n\x12ResourceQuantities\x12\x0b\n\x03\x63pu\x18\x01 \x01(\t\x12\x0e\n\x06memory\x18\x02 \x01(\t\x12\x0b\n\x03gpu\x18\x03 \x01(\t\x12\x11\n\tgpu_milli\x18\x04 \x01(\t\"W\n\x10ObjectiveWeights\x12\x13\n\x0bperformance\x18\x01 \x01(\x01\x12\x0c\n\x04\x63ost\x18\x02 \x01(\x01\x12\x0e\n\x06\x65nergy\x18\x03 \x01(\x01\x12\x10\n\x08\x66\x61irness\x18\x04 \x01(\x01\"\xcf\x02\n\x0cWorkloadSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\x05\x12\x10\n\x08replicas\x18\x04 \x01(\x05\x12\x31\n\x08requests\x18\x05 \x01(\x0b\x32\x1f.meridian.v1.ResourceQuantities\x12\x17\n\x0f\x61llowed_regions\x18\x06 \x03(\t\x12\x15\n\rorigin_region\x18\x07 \x01(\t\x12\x16\n\x0elatency_slo_ms\x18\x08 \x01(\x01\x12\x12\n\ndeferrable\x18\t \x01(\x08\x12\x17\n\x0f\x64\x65\x61\x64line_unix_s\x18\n \x01(\x01\x12.\n\x07weights\x18\x0b \x01(\x0b\x32\x1d.meridian.v1.ObjectiveWeights\x12\x16\n\x0eworkload_class\x18\x0c \x01(\t\x12\r\n\x05image\x18\r \x01(\t\"\xb8\x02\n\x08Workload\x12\n\n\x02id\x18\x01 \x01(\t\x12\'\n\x04spec\x18\x02 \x01(\x0b\x32\x19.meridian.v1.WorkloadSpec\x12)\n\x05state\x18\x03 \x01(\x0e\x32\x1a.meridian.v1.WorkloadState\x12\x0f\n\x07\x63luster\x18\x04 \x01(\t\x12\x0e\n\x06region\x18\x05 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x06 \x01(\x03\x12\x0f\n\x07message\x18\x07 \x01(\t\x12\x16\n\x0e\x63reated_unix_s\x18\x08 \x01(\x01\x12\x16\n\x0eupdated_unix_s\x18\t \x01(\x01\x12\x17\n\x0fidempotency_key\x18\n \x01(\t\x12\r\n\x05nodes\x18\x0b \x03(\t\x12\x19\n\x11not_before_unix_s\x18\x0c \x01(\x01\x12\x16\n\x0eready_replicas\x18\r \x01(\x05\"Y\n\x15SubmitWorkloadRequest\x12\'\n\x04spec\x18\x01 \x01(\x0b\x32\x19.meridian.v1.WorkloadSpec\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\" \n\x12GetWorkloadRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x89\x01\n\x14ListWorkloadsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12)\n\x05state\x18\x02 \x01(\x0e\x32\x1a.meridian.v1.WorkloadState\x12\x0f\n\x07\x63luster\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"Z\n\x15ListWorkloadsResponse\x12(\n\tworkloads\x18\x01 \x03(\x0b\x32\x15.meridian.v1.Workload\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\"\n\x14WatchWorkloadRequest\x12\n\n\x02id\x18\x01 \x01(\t\"#\n\x15\x43\x61ncelWorkloadRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\xd7\x02\n\x07\x43luster\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\r\n\x05ready\x18\x03 \x01(\x08\x12\x18\n\x10last_seen_unix_s\x18\x04 \x01(\x01\x12\x1d\n\x15\x61llocatable_milli_cpu\x18\x05 \x01(\x03\x12\x16\n\x0e\x66ree_milli_cpu\x18\x06 \x01(\x03\x12 \n\x18\x61llocatable_memory_bytes\x18\x07 \x01(\x03\x12\x19\n\x11\x66ree_memory_bytes\x18\x08 \x01(\x03\x12\x0c\n\x04gpus\x18\t \x01(\x03\x12\x11\n\tfree_gpus\x18\n \x01(\x03\x12\r\n\x05nodes\x18\x0b \x01(\x05\x12\x18\n\x10\x63\x61rbon_g_per_kwh\x18\x0c \x01(\x01\x12\x15\n\rprice_per_mwh\x18\r \x01(\x01\x12\x18\n\x10queued_workloads\x18\x0e \x01(\x05\x12\x16\n\x0e\x63\x61rbon_unknown\x18\x0f \x01(\x08\"\x15\n\x13ListClustersRequest\">\n\x14ListClustersResponse\x12&\n\x08\x63lusters\x18\x01 \x03(\x0b\x32\x14.meridian.v1.Cluster*\xfb\x01\n\rWorkloadState\x12\x1e\n\x1aWORKLOAD_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16WORKLOAD_STATE_PENDING\x10\x01\x12\x1d\n\x19WORKLOAD_STATE_DISPATCHED\x10\x02\x12\x1c\n\x18WORKLOAD_STATE_SCHEDULED\x10\x03\x12\x1a\n\x16WORKLOAD_STATE_RUNNING\x10\x04\x12\x19\n\x15WORKLOAD_STATE_FAILED\x10\x05\x12\x1c\n\x18WORKLOAD_STATE_CANCELLED\x10\x06\x12\x1c\n\x18WORKLOAD_STATE_SUCCEEDED\x10\x07\x32\xec\x03\n\x0fGlobalScheduler\x12K\n\x0eSubmitWorkload\x12\".meridian.v1.SubmitWorkloadRequest\x1a\x15.meridian.v1.Workload\x12\x45\n\x0bGetWorkload\x12\x1f.meridian.v1.GetWorkloadRequest\x1a\x15.meridian.v1.Workload\x12V\n\rListWorkloads\x12!.meridian.v1.ListWorkloadsRequest\x1a\".meridian.v1.ListWorkloadsResponse\x12K\n\rWatchWorkload\x12!.meridian.v1.WatchWorkloadRequest\x1a\x15.meridian.v1.Workload0\x01\x12K\n\x0e\x43\x61ncelWorkload\x12\".meridian.v1.CancelWorkloadRequest\x1a\x15.meridian.v1.Workload\x12S\n\x0cListClusters\x12 .meridian.v1.ListClustersRequest\x1a!.meridian.v1.ListClustersResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.global_api_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_WORKLOADSTATE']._serialized_start=1690
-  _globals['_WORKLOADSTATE']._serialized_end=1911
+  _globals['_WORKLOADSTATE']._serialized_start=1729
+  _globals['_WORKLOADSTATE']._serialized_end=1980
   _globals['_RESOURCEQUANTITIES']._serialized_start=40
   _globals['_RESOURCEQUANTITIES']._serialized_end=121
   _globals['_OBJECTIVEWEIGHTS']._serialized_start=123
   _globals['_OBJECTIVEWEIGHTS']._serialized_end=210
   _globals['_WORKLOADSPEC']._serialized_start=213
-  _globals['_WORKLOADSPEC']._serialized_end=533
-  _globals['_WORKLOAD']._serialized_start=536
-  _globals['_WORKLOAD']._serialized_end=824
-  _globals['_SUBMITWORKLOADREQUEST']._serialized_start=826
-  _globals['_SUBMITWORKLOADREQUEST']._serialized_end=915
-  _globals['_GETWORKLOADREQUEST']._serialized_start=917
-  _globals['_GETWORKLOADREQUEST']._serialized_end=949
-  _globals['_LISTWORKLOADSREQUEST']._serialized_start=952
-  _globals['_LISTWORKLOADSREQUEST']._serialized_end=1089
-  _globals['_LISTWORKLOADSRESPONSE']._serialized_start=1091
-  _globals['_LISTWORKLOADSRESPONSE']._serialized_end=1181
-  _globals['_WATCHWORKLOADREQUEST']._serialized_start=1183
-  _globals['_WATCHWORKLOADREQUEST']._serialized_end=1217
-  _globals['_CANCELWORKLOADREQUEST']._serialized_start=1219
-  _globals['_CANCELWORKLOADREQUEST']._serialized_end=1254
-  _globals['_CLUSTER']._serialized_start=1257
-  _globals['_CLUSTER']._serialized_end=1600
-  _globals['_LISTCLUSTERSREQUEST']._serialized_start=1602
-  _globals['_LISTCLUSTERSREQUEST']._serialized_end=1623
-  _globals['_LISTCLUSTERSRESPONSE']._serialized_start=1625
-  _globals['_LISTCLUSTERSRESPONSE']._serialized_end=1687
-  _globals['_GLOBALSCHEDULER']._serialized_start=1914
-  _globals['_GLOBALSCHEDULER']._serialized_end=2406
+  _globals['_WORKLOADSPEC']._serialized_end=548
+  _globals['_WORKLOAD']._serialized_start=551
+  _globals['_WORKLOAD']._serialized_end=863
+  _globals['_SUBMITWORKLOADREQUEST']._serialized_start=865
+  _globals['_SUBMITWORKLOADREQUEST']._serialized_end=954
+  _globals['_GETWORKLOADREQUEST']._serialized_start=956
+  _globals['_GETWORKLOADREQUEST']._serialized_end=988
+  _globals['_LISTWORKLOADSREQUEST']._serialized_start=991
+  _globals['_LISTWORKLOADSREQUEST']._serialized_end=1128
+  _globals['_LISTWORKLOADSRESPONSE']._serialized_start=1130
+  _globals['_LISTWORKLOADSRESPONSE']._serialized_end=1220
+  _globals['_WATCHWORKLOADREQUEST']._serialized_start=1222
+  _globals['_WATCHWORKLOADREQUEST']._serialized_end=1256
+  _globals['_CANCELWORKLOADREQUEST']._serialized_start=1258
+  _globals['_CANCELWORKLOADREQUEST']._serialized_end=1293
+  _globals['_CLUSTER']._serialized_start=1296
+  _globals['_CLUSTER']._serialized_end=1639
+  _globals['_LISTCLUSTERSREQUEST']._serialized_start=1641
+  _globals['_LISTCLUSTERSREQUEST']._serialized_end=1662
+  _globals['_LISTCLUSTERSRESPONSE']._serialized_start=1664
+  _globals['_LISTCLUSTERSRESPONSE']._serialized_end=1726
+  _globals['_GLOBALSCHEDULER']._serialized_start=1983
+  _globals['_GLOBALSCHEDULER']._serialized_end=2475
 # @@protoc_insertion_point(module_scope)

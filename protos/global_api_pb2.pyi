@@ -16,6 +16,7 @@ class WorkloadState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WORKLOAD_STATE_RUNNING: _ClassVar[WorkloadState]
     WORKLOAD_STATE_FAILED: _ClassVar[WorkloadState]
     WORKLOAD_STATE_CANCELLED: _ClassVar[WorkloadState]
+    WORKLOAD_STATE_SUCCEEDED: _ClassVar[WorkloadState]
 WORKLOAD_STATE_UNSPECIFIED: WorkloadState
 WORKLOAD_STATE_PENDING: WorkloadState
 WORKLOAD_STATE_DISPATCHED: WorkloadState
@@ -23,6 +24,7 @@ WORKLOAD_STATE_SCHEDULED: WorkloadState
 WORKLOAD_STATE_RUNNING: WorkloadState
 WORKLOAD_STATE_FAILED: WorkloadState
 WORKLOAD_STATE_CANCELLED: WorkloadState
+WORKLOAD_STATE_SUCCEEDED: WorkloadState
 
 class ResourceQuantities(_message.Message):
     __slots__ = ("cpu", "memory", "gpu", "gpu_milli")
@@ -49,7 +51,7 @@ class ObjectiveWeights(_message.Message):
     def __init__(self, performance: _Optional[float] = ..., cost: _Optional[float] = ..., energy: _Optional[float] = ..., fairness: _Optional[float] = ...) -> None: ...
 
 class WorkloadSpec(_message.Message):
-    __slots__ = ("name", "tenant", "priority", "replicas", "requests", "allowed_regions", "origin_region", "latency_slo_ms", "deferrable", "deadline_unix_s", "weights", "workload_class")
+    __slots__ = ("name", "tenant", "priority", "replicas", "requests", "allowed_regions", "origin_region", "latency_slo_ms", "deferrable", "deadline_unix_s", "weights", "workload_class", "image")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
@@ -62,6 +64,7 @@ class WorkloadSpec(_message.Message):
     DEADLINE_UNIX_S_FIELD_NUMBER: _ClassVar[int]
     WEIGHTS_FIELD_NUMBER: _ClassVar[int]
     WORKLOAD_CLASS_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
     name: str
     tenant: str
     priority: int
@@ -74,10 +77,11 @@ class WorkloadSpec(_message.Message):
     deadline_unix_s: float
     weights: ObjectiveWeights
     workload_class: str
-    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., replicas: _Optional[int] = ..., requests: _Optional[_Union[ResourceQuantities, _Mapping]] = ..., allowed_regions: _Optional[_Iterable[str]] = ..., origin_region: _Optional[str] = ..., latency_slo_ms: _Optional[float] = ..., deferrable: _Optional[bool] = ..., deadline_unix_s: _Optional[float] = ..., weights: _Optional[_Union[ObjectiveWeights, _Mapping]] = ..., workload_class: _Optional[str] = ...) -> None: ...
+    image: str
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., replicas: _Optional[int] = ..., requests: _Optional[_Union[ResourceQuantities, _Mapping]] = ..., allowed_regions: _Optional[_Iterable[str]] = ..., origin_region: _Optional[str] = ..., latency_slo_ms: _Optional[float] = ..., deferrable: _Optional[bool] = ..., deadline_unix_s: _Optional[float] = ..., weights: _Optional[_Union[ObjectiveWeights, _Mapping]] = ..., workload_class: _Optional[str] = ..., image: _Optional[str] = ...) -> None: ...
 
 class Workload(_message.Message):
-    __slots__ = ("id", "spec", "state", "cluster", "region", "attempt", "message", "created_unix_s", "updated_unix_s", "idempotency_key", "nodes", "not_before_unix_s")
+    __slots__ = ("id", "spec", "state", "cluster", "region", "attempt", "message", "created_unix_s", "updated_unix_s", "idempotency_key", "nodes", "not_before_unix_s", "ready_replicas")
     ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -90,6 +94,7 @@ class Workload(_message.Message):
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     NOT_BEFORE_UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    READY_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     id: str
     spec: WorkloadSpec
     state: WorkloadState
@@ -102,7 +107,8 @@ class Workload(_message.Message):
     idempotency_key: str
     nodes: _containers.RepeatedScalarFieldContainer[str]
     not_before_unix_s: float
-    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[WorkloadSpec, _Mapping]] = ..., state: _Optional[_Union[WorkloadState, str]] = ..., cluster: _Optional[str] = ..., region: _Optional[str] = ..., attempt: _Optional[int] = ..., message: _Optional[str] = ..., created_unix_s: _Optional[float] = ..., updated_unix_s: _Optional[float] = ..., idempotency_key: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., not_before_unix_s: _Optional[float] = ...) -> None: ...
+    ready_replicas: int
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[WorkloadSpec, _Mapping]] = ..., state: _Optional[_Union[WorkloadState, str]] = ..., cluster: _Optional[str] = ..., region: _Optional[str] = ..., attempt: _Optional[int] = ..., message: _Optional[str] = ..., created_unix_s: _Optional[float] = ..., updated_unix_s: _Optional[float] = ..., idempotency_key: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., not_before_unix_s: _Optional[float] = ..., ready_replicas: _Optional[int] = ...) -> None: ...
 
 class SubmitWorkloadRequest(_message.Message):
     __slots__ = ("spec", "idempotency_key")

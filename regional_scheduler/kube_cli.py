@@ -39,6 +39,12 @@ def regional_scheduler_command(
                                        "meridian:telemetry:<cluster> into this scheduler's state and publish its "
                                        "summaries for the global tier [env MERIDIAN_REGIONAL_BUS_URL; off if empty]"),
     region: str | None = typer.Option(None, help="region named in the summaries [env MERIDIAN_REGIONAL_REGION]"),
+    dispatch: bool = typer.Option(True, "--dispatch/--no-dispatch", help="with --bus-url: create the Deployments "
+                                  "and Jobs the global tier dispatches to this cluster (meridian:dispatch:<cluster>) "
+                                  "and report their status; the leader only"),
+    workload_namespace: str | None = typer.Option(None, "--workload-namespace", help="namespace of the dispatched "
+                                                  "workloads' objects [env MERIDIAN_KUBE_DISPATCH_NAMESPACE, default "
+                                                  "meridian-workloads]"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="debug logging"),
 ) -> None:
     """Schedule the cluster's pods that set schedulerName: meridian (and/or serve the extender)."""
@@ -89,12 +95,31 @@ def regional_scheduler_command(
         from regional_scheduler.telemetry_state import TelemetryConsumerSettings
 
         try:
-            telemetry = RegionalTelemetry(
-                settings=TelemetryConsumerSettings(cluster=settings.cluster, bus_url=settings.bus_url),
-                summary=SummarySettings(region=settings.region), scheduler=service).start()
+            consumer_settings = TelemetryConsumerSettings(cluster=settings.cluster, bus_url=settings.bus_url)
+            dispatcher = None
+            if dispatch:
+                from meridian.bus import open_bus
+                from regional_scheduler.kube_dispatch import KubeDispatchSettings, KubeDispatchWorker
+
+                dispatch_settings = KubeDispatchSettings(**({"namespace": workload_namespace}
+                                                            if workload_namespace else {}))
+                dispatcher = KubeDispatchWorker(
+                    bus=open_bus(settings.bus_url, key_prefix=consumer_settings.key_prefix),
+                    api=api_client_from(str(kubeconfig) if kubeconfig else None, pool_size=8),
+                    cluster=settings.cluster, settings=dispatch_settings)
+            telemetry = RegionalTelemetry(settings=consumer_settings, summary=SummarySettings(region=settings.region),
+                                          scheduler=service, objects=dispatcher).start()
         except BusError as exc:
             typer.echo(f"error: cannot open the bus at {redact_url(settings.bus_url)}: {exc}", err=True)
             raise typer.Exit(2) from None
+        if dispatcher is not None:
+            import threading
+
+            leading = runner.elector.leading if runner.elector is not None else None
+            threading.Thread(target=dispatcher.run, args=(runner.stop,), kwargs={"leading": leading},
+                             name="kube-dispatch", daemon=True).start()
+            logging.getLogger(__name__).info("dispatching workloads into namespace %s",
+                                             dispatcher.settings.namespace)
 
     def _stop(*_: object) -> None:
         runner.stop.set()

@@ -75,6 +75,17 @@ class SummarySource(Protocol):
     def pue(self) -> np.ndarray: ...
 
 
+class DispatchedObjects(Protocol):
+    """What a cluster's dispatch side adds to its summaries when it creates objects in the API server
+    (:class:`~regional_scheduler.kube_dispatch.KubeDispatchWorker`): whether that API server answers (a
+    cluster that cannot reach its own stops reporting, so the global tier fails its workloads over) and the
+    workloads it holds (the global reconciliation's evidence of stale copies)."""
+
+    def answering(self) -> bool: ...
+
+    def holdings(self) -> list[pb.WorkloadHolding] | None: ...
+
+
 def build_summary(tstate: SummarySource, *, region: str, sequence: int, now_s: float) -> pb.ClusterSummary:
     """One ``ClusterSummary`` of the current state (caller holds no lock; this takes it)."""
     with tstate.lock:
@@ -124,13 +135,25 @@ class SummaryPublisher:
     """Publishes a summary of one cluster every ``interval_s`` until stopped."""
 
     def __init__(self, *, bus: StreamBus, state: SummarySource, settings: SummarySettings,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, objects: DispatchedObjects | None = None) -> None:
         self.bus, self.state, self.settings, self.clock = bus, state, settings, clock
+        self.objects = objects
         self.sequence = 0
+        self.withheld_total = 0
 
-    def publish_once(self) -> pb.ClusterSummary:
+    def publish_once(self) -> pb.ClusterSummary | None:
+        """Publish one summary; None (nothing published) while the cluster's API server does not answer."""
+        if self.objects is not None and not self.objects.answering():
+            if self.withheld_total % 30 == 0:
+                log.warning("cluster %s: its API server does not answer; summaries withheld, so the global tier "
+                            "moves its workloads elsewhere", self.state.cluster)
+            self.withheld_total += 1
+            return None
         self.sequence += 1
         summary = build_summary(self.state, region=self.settings.region, sequence=self.sequence, now_s=self.clock())
+        if self.objects is not None and (held := self.objects.holdings()) is not None:
+            summary.holdings.extend(held)
+            summary.holdings_complete = True
         self.bus.publish(SUMMARY_STREAM, summary.SerializeToString(), maxlen=self.settings.maxlen)
         observability.CLUSTER_POWER.labels(region=self.settings.region, cluster=self.state.cluster).set(
             summary.power_watts)
@@ -160,7 +183,8 @@ class RegionalTelemetry:
     """
 
     def __init__(self, *, settings: TelemetryConsumerSettings, summary: SummarySettings,
-                 bus: StreamBus | None = None, scheduler: RegionalScheduler | None = None) -> None:
+                 bus: StreamBus | None = None, scheduler: RegionalScheduler | None = None,
+                 objects: DispatchedObjects | None = None) -> None:
         self.settings, self.summary_settings = settings, summary
         self._owns_bus = bus is None
         self.bus = bus if bus is not None else open_bus(settings.bus_url, key_prefix=settings.key_prefix)
@@ -172,7 +196,7 @@ class RegionalTelemetry:
         self.consumer = TelemetryConsumer(bus=self.bus, state=self.state, settings=settings,
                                           on_applied=scheduler.apply_telemetry if scheduler is not None else None)
         self.publisher = SummaryPublisher(bus=self.bus, state=scheduler if scheduler is not None else self.state,
-                                          settings=summary)
+                                          settings=summary, objects=objects)
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=worker.run, args=(self.stop,), name=name, daemon=True)
                         for name, worker in (("telemetry-consumer", self.consumer),

@@ -21,6 +21,7 @@ from meridian.bus.connection import RedisSecuritySettings, redact_url, redis_cli
 from meridian.bus.memory import InProcessStreamBus
 from meridian.bus.redis_bus import RedisStreamBus
 from meridian.bus.streams import (
+    MOVES_STREAM,
     SUMMARY_STREAM,
     carbon_key,
     dead_letter_stream,
@@ -30,6 +31,7 @@ from meridian.bus.streams import (
 )
 
 __all__ = [
+    "MOVES_STREAM",
     "SUMMARY_STREAM",
     "BusAuthenticationError",
     "BusConfigError",

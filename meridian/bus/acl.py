@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from meridian.bus.streams import (
+    MOVES_STREAM,
     SUMMARY_STREAM,
     carbon_key,
     dead_letter_stream,
@@ -115,7 +116,7 @@ def users(*, cluster: str = "*") -> tuple[AclUser, ...]:
                 "accounting): consumes summaries and events, appends dispatch orders, keeps the workload hash "
                 "and the energy ledger",
                 (Grant(CONSUME, (SUMMARY_STREAM, every_events)),
-                 Grant(("xadd",), (_family(dispatch_stream, "*"), dead_letter_stream(SUMMARY_STREAM),
+                 Grant(("xadd",), (_family(dispatch_stream, "*"), MOVES_STREAM, dead_letter_stream(SUMMARY_STREAM),
                                    dead_letter_stream(every_events)), "w"),
                  Grant(("hset", "hscan", "hdel"), (WORKLOADS_KEY,)),
                  *ledger),

@@ -11,6 +11,9 @@ import re
 
 PREFIX = "meridian"
 SUMMARY_STREAM = f"{PREFIX}:summary"
+#: Every workload the global tier moves off a cluster (failover, failback, rejection, reconciliation) and
+#: every stale copy it releases: ``WorkloadMove`` records, for operators and audits.
+MOVES_STREAM = f"{PREFIX}:moves"
 DEAD_LETTER_SUFFIX = ":dead"
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")

@@ -1,10 +1,14 @@
 """The node's own Kubernetes object: capacity, allocatable, labels, taints, cordon, requests.
 
 Through the official client (``kubernetes``): in a pod it uses the service account
-(``load_incluster_config``); elsewhere the local kubeconfig. The node name comes from the downward
-API (``spec.nodeName`` → ``NODE_NAME``). Requested resources are the sum of the requests of the
-node's non-terminated pods (``field_selector=spec.nodeName=<node>``), as kube-scheduler counts them
-(init containers: the maximum of any one, against the sum of the app containers).
+(``load_incluster_config``); elsewhere the local kubeconfig (``KUBECONFIG`` or ``~/.kube/config``). A
+``kubeconfig`` file given explicitly (``MERIDIAN_AGENT_KUBE__KUBECONFIG``) is used instead of both,
+through a client of its own (the process-wide default configuration is left alone): an agent run
+outside the cluster under the DaemonSet's identity (a ServiceAccount token kubeconfig), as the tests
+do. The node name comes from the downward API (``spec.nodeName`` → ``NODE_NAME``). Requested
+resources are the sum of the requests of the node's non-terminated pods
+(``field_selector=spec.nodeName=<node>``), as kube-scheduler counts them (init containers: the maximum
+of any one, against the sum of the app containers).
 
 The API is read every ``refresh_s`` (default 30 s), not every report: node objects change rarely
 and a DaemonSet of thousands of agents must not hammer the API server.
@@ -19,6 +23,7 @@ import logging
 import os
 import socket
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -74,10 +79,15 @@ def pod_requests(pod: Any) -> tuple[int, int, int]:
 
 
 class KubeNodeCollector:
-    def __init__(self, node_name: str, *, api: Any | None = None, refresh_s: float = 30.0) -> None:
+    def __init__(self, node_name: str, *, api: Any | None = None, refresh_s: float = 30.0,
+                 kubeconfig: Path | str | None = None) -> None:
         self.node_name = node_name
         self.refresh_s = refresh_s
-        if api is None:
+        if api is None and kubeconfig is not None:
+            from kubernetes import client, config
+
+            api = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+        elif api is None:
             from kubernetes import client, config
 
             try:

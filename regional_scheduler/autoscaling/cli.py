@@ -2,8 +2,9 @@
 
 * ``meridian bench autoscale``: every policy on held-back days of every series (table + ``--json``).
 * ``meridian train autoscale``: train the DQN on training days and write the checkpoint.
-* ``meridian autoscaler``: the serving loop (replays a series as the metrics source), driving a
-  Deployment's scale subresource and/or serving KEDA's external-scaler gRPC API, with shadow mode.
+* ``meridian autoscaler``: the serving loop (:mod:`.serving`; Prometheus or a replayed series as the
+  metrics source), driving a Deployment's scale subresource and/or serving KEDA's external-scaler gRPC
+  API, with shadow mode.
 """
 
 from __future__ import annotations
@@ -119,6 +120,13 @@ def autoscaler(
     rate_query: str | None = typer.Option(None, "--rate-query", help="PromQL: requests per second (one sample)."),
     p99_query: str | None = typer.Option(None, "--p99-query", help="PromQL: p99 latency in seconds (optional)."),
     error_query: str | None = typer.Option(None, "--error-query", help="PromQL: error ratio (optional)."),
+    cpu_usage_query: str | None = typer.Option(None, "--cpu-usage-query", help="PromQL: CPU in use per pod, in "
+                                               "cores (one sample per pod, label `pod`). With --cpu-request-query "
+                                               "it gives the CPU utilisation the hpa policy needs."),
+    cpu_request_query: str | None = typer.Option(None, "--cpu-request-query", help="PromQL: CPU request per pod, "
+                                                 "in cores (label `pod`); its pods are the target's pods."),
+    ready_query: str | None = typer.Option(None, "--ready-query", help="PromQL: readiness per pod (label `pod`, "
+                                           "> 0 = ready); default: every pod reporting usage is ready."),
     replay: Path | None = typer.Option(None, "--replay", help="Instead of Prometheus, replay a request-rate CSV "
                                        "(one row per --interval): a demo and a dry run of the loop."),
     interval_s: float = typer.Option(60.0, "--interval", help="Seconds between decisions (one sample each)."),
@@ -138,14 +146,18 @@ def autoscaler(
     """Run the autoscaling loop: decisions to the scale subresource and/or to KEDA."""
     from regional_scheduler.autoscaling.k8s_driver import ScaleSubresourceDriver
     from regional_scheduler.autoscaling.keda_scaler import PredictiveExternalScaler, serve
-    from regional_scheduler.autoscaling.online import OnlineAutoscaler, ServiceSample
+    from regional_scheduler.autoscaling.online import OnlineAutoscaler
     from regional_scheduler.autoscaling.policies.registry import build_policy
-    from regional_scheduler.autoscaling.prometheus_source import (
-        PrometheusQueries,
-        PrometheusQueryError,
-        PrometheusSource,
-    )
+    from regional_scheduler.autoscaling.prometheus_source import PrometheusQueries, PrometheusSource
     from regional_scheduler.autoscaling.request_series import load_request_series
+    from regional_scheduler.autoscaling.serving import (
+        MetricsSource,
+        MissingMetricError,
+        PrometheusMetrics,
+        ReplayMetrics,
+        ServingLoop,
+        check_metrics,
+    )
     from regional_scheduler.autoscaling.settings import AutoscalerSettings
     from regional_scheduler.autoscaling.shadow import ShadowRunner
 
@@ -153,6 +165,10 @@ def autoscaler(
         raise typer.BadParameter("give exactly one metrics source: --prometheus URL --rate-query Q, or --replay FILE")
     if prometheus is not None and not rate_query:
         raise typer.BadParameter("--prometheus needs --rate-query")
+    if prometheus is None and (cpu_usage_query or cpu_request_query or ready_query):
+        raise typer.BadParameter("the CPU queries need --prometheus (a replayed series has no CPU metrics)")
+    if bool(cpu_usage_query) != bool(cpu_request_query):
+        raise typer.BadParameter("--cpu-usage-query and --cpu-request-query go together (utilisation = usage / request)")
     settings = AutoscalerSettings()
     policy = policy or settings.policy
     shadow = shadow or settings.shadow_policy
@@ -161,46 +177,31 @@ def autoscaler(
         runner = ShadowRunner(live, build_policy(shadow)) if shadow else live
     except KeyError as exc:
         raise typer.BadParameter(str(exc.args[0])) from None
-    online = OnlineAutoscaler(runner, settings, capacity_per_replica_rpm=capacity_rpm)
+    # A replayed series has no CPU metrics: its utilisation is modelled from the rate (a demo).
+    online = OnlineAutoscaler(runner, settings, capacity_per_replica_rpm=capacity_rpm,
+                              model_utilisation=replay is not None)
+    source: MetricsSource
+    if prometheus is not None:
+        source = PrometheusMetrics(PrometheusSource(prometheus, PrometheusQueries(
+            rate_query or "", p99_query, error_query, cpu_usage_cores=cpu_usage_query,
+            cpu_request_cores=cpu_request_query, ready_pods=ready_query)))
+    else:
+        assert replay is not None
+        source = ReplayMetrics(load_request_series(replay).requests_per_minute)
+    try:
+        check_metrics(online, source)  # before connecting to anything
+    except MissingMetricError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--policy/--shadow") from None
     driver = ScaleSubresourceDriver.from_cluster(name=deployment, namespace=namespace, dry_run=dry_run) \
         if drive_scale else None
-    source = PrometheusSource(prometheus, PrometheusQueries(rate_query or "", p99_query, error_query)) \
-        if prometheus else None
-    replayed = iter(load_request_series(replay).requests_per_minute) if replay else None
     stop = threading.Event()
     server = None
     if keda:
         server, _ = serve(PredictiveExternalScaler(lambda _ref: online.current_desired(), settings.keda, stop),
                           settings.keda.address)
-    replicas, decisions = 1, 0
+    loop = ServingLoop(online, source, driver=driver, interval_s=interval_s, wait=stop.wait)
     try:
-        while minutes is None or decisions < minutes:
-            if driver is not None:
-                replicas = driver.current()[0]
-            try:
-                if source is not None:
-                    rate, p99_ms, errors = source.sample()
-                else:
-                    value = next(replayed)  # type: ignore[arg-type]
-                    rate, p99_ms, errors = (float(value) if value == value else 0.0), 0.0, 0.0
-            except StopIteration:
-                break
-            except PrometheusQueryError as exc:
-                log.error("metrics unavailable, keeping %d replicas: %s", replicas, exc)
-                stop.wait(interval_s)
-                continue
-            desired = online.update(ServiceSample(rate, replicas, 0, None, p99_ms, errors))
-            if driver is not None and desired != replicas:
-                driver.set_replicas(desired)
-            replicas = desired if driver is None else replicas
-            if isinstance(runner, ShadowRunner) and runner.records:
-                record = runner.records[-1]
-                log.info("live=%d shadow(%s)=%d", record.live_replicas, runner.shadow.name, record.shadow_replicas)
-            else:
-                log.info("desired=%d", desired)
-            decisions += 1
-            if stop.wait(interval_s):
-                break
+        loop.run(minutes)
     except KeyboardInterrupt:
         pass
     finally:

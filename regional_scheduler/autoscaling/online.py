@@ -5,6 +5,13 @@ them each minute, and asks the configured policy for a decision on an :class:`Ob
 the latest sample — the same code path the benchmark exercises. Until a day of history exists the
 forecaster degrades to persistence. Capacity per replica is either given (``capacity_per_replica_rpm``,
 measured by a load test) or, failing that, derived from the history as the benchmark does.
+
+Utilisation is what the metrics source measured (CPU usage / request over the ready pods, as the HPA
+reads it). A source that has only request rates (a replayed series: a demo) may ask for it to be
+*modelled* instead (``model_utilisation``): the minute's load in replicas at 100 % over the ready
+replicas, capped at 1, as the simulator defines it. Otherwise a sample without utilisation stays
+without it, and a policy that needs it is refused by the serving loop before it starts
+(:mod:`..serving`).
 """
 
 from __future__ import annotations
@@ -33,12 +40,14 @@ class ServiceSample:
     utilisation: float | None
     p99_latency_ms: float
     error_rate: float
+    current_replicas: int | None = None
+    """``spec.replicas`` of the target when known (the scale subresource); else ready + pending."""
 
 
 class OnlineAutoscaler:
     def __init__(self, policy: AutoscalingPolicy, settings: AutoscalerSettings | None = None, *,
                  capacity_per_replica_rpm: float | None = None, start: datetime | None = None,
-                 history_days: int = 8) -> None:
+                 history_days: int = 8, model_utilisation: bool = False) -> None:
         self.policy = policy
         self.settings = settings or AutoscalerSettings()
         self.capacity_per_replica_rpm = capacity_per_replica_rpm
@@ -47,6 +56,7 @@ class OnlineAutoscaler:
         self.rates: list[float] = []
         self.first_minute = 0
         self.desired: int | None = None
+        self.model_utilisation = model_utilisation
         self._lock = threading.Lock()
 
     def _sizing(self) -> ServiceSizing:
@@ -78,13 +88,17 @@ class OnlineAutoscaler:
             else:
                 self.policy.reset(context)  # the first minute, or a policy that cannot follow in place
             minute = len(self.rates) - 1
-            current = sample.ready_replicas + sample.pending_replicas
+            current = sample.ready_replicas + sample.pending_replicas if sample.current_replicas is None \
+                else sample.current_replicas
+            last_load = float(load[-1]) if math.isfinite(load[-1]) else 0.0
+            utilisation = sample.utilisation
+            if utilisation is None and self.model_utilisation and sample.ready_replicas > 0:
+                utilisation = min(1.0, last_load / sample.ready_replicas)
             svc = self.settings.service
             obs = Observation(
                 tick=minute, time_s=(self.first_minute + minute) * 60.0, minute=minute,
                 current_replicas=current, ready_replicas=sample.ready_replicas,
-                pending_replicas=sample.pending_replicas, utilisation=sample.utilisation,
-                load_replicas=float(load[-1]) if math.isfinite(load[-1]) else 0.0,
+                pending_replicas=sample.pending_replicas, utilisation=utilisation, load_replicas=last_load,
                 p99_latency_ms=sample.p99_latency_ms, error_rate=sample.error_rate,
                 slo_breached=sample.p99_latency_ms > svc.slo_p99_ms or sample.error_rate > svc.max_error_rate,
                 observed_minutes=minute + 1)

@@ -5,6 +5,7 @@ its job — checked on the manifests and by running the components under their u
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import subprocess
@@ -15,7 +16,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-import yaml
 
 from meridian.bus import (
     SUMMARY_STREAM,
@@ -27,33 +27,29 @@ from meridian.bus import (
     telemetry_stream,
 )
 from meridian.bus.acl import ENERGY_STREAM, WORKLOADS_KEY, render_acl, users
+from tests.deploy.kustomize_helpers import DEPLOY, find, render, workloads
 from tests.redis_helpers import AclRedis, require
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-ACL_FILE = DEPLOY / "redis" / "users.acl"
-WORKLOAD_KINDS = {"Deployment", "DaemonSet", "StatefulSet", "Job", "CronJob"}
+ACL_FILE = DEPLOY / "base" / "redis" / "users.acl"
 REDIS_PORT = 6379
+PLACEHOLDER = "REPLACE-ME"
 
 
 def _documents() -> list[dict[str, Any]]:
-    return [d for path in sorted(DEPLOY.glob("**/*.yaml")) for d in yaml.safe_load_all(path.read_text()) if d]
-
-
-DOCUMENTS = _documents()
+    """The all-in-one overlay, rendered: every component and the Secrets it generates."""
+    return render("all-in-one")
 
 
 def _find(kind: str, name: str) -> dict[str, Any]:
-    (doc,) = [d for d in DOCUMENTS if d["kind"] == kind and d["metadata"]["name"] == name]
-    return doc
+    return find(_documents(), kind, name)
 
 
 def _pods() -> list[tuple[str, dict[str, Any]]]:
-    """(component label, pod spec) of every workload under deploy/."""
+    """(component label, pod spec) of every workload of the all-in-one overlay."""
     out = []
-    for doc in DOCUMENTS:
-        if doc["kind"] in WORKLOAD_KINDS:
-            template = doc["spec"]["template"]
-            out.append((template["metadata"]["labels"].get("app.kubernetes.io/component", "?"), template["spec"]))
+    for doc in workloads(_documents()):
+        template = doc["spec"]["template"]
+        out.append((template["metadata"]["labels"].get("app.kubernetes.io/component", "?"), template["spec"]))
     return out
 
 
@@ -93,7 +89,8 @@ def _redis_passwords() -> dict[str, str]:
 
 
 def test_the_acl_file_is_the_one_the_code_writes_and_the_configmap_holds_it() -> None:
-    assert ACL_FILE.read_text() == render_acl(), "regenerate: python -m meridian.bus.acl > deploy/redis/users.acl"
+    assert ACL_FILE.read_text() == render_acl(), \
+        "regenerate: python -m meridian.bus.acl > deploy/base/redis/users.acl"
     assert _find("ConfigMap", "meridian-redis-acl")["data"]["users.acl"] == ACL_FILE.read_text()
 
 
@@ -139,7 +136,9 @@ def test_every_redis_client_gets_its_credentials_from_a_secret() -> None:
 
 
 def test_no_password_is_written_in_a_manifest() -> None:
-    assert not [d for d in DOCUMENTS if d["kind"] == "Secret"], "Secrets are created out of band, never committed"
+    # The only Secrets are the overlays' generated placeholders (tests/deploy/test_manifests.py checks all).
+    for secret in [d for d in _documents() if d["kind"] == "Secret"]:
+        assert all(PLACEHOLDER in base64.b64decode(v).decode() for v in secret["data"].values()), secret["metadata"]
     for _, pod in _pods():
         for container in pod["containers"] + pod.get("initContainers", []):
             for e in container.get("env", []):
@@ -156,6 +155,7 @@ def test_redis_starts_with_the_acl_and_the_probe_logs_in() -> None:
     pod = _find("Deployment", "meridian-redis")["spec"]["template"]["spec"]
     (redis,) = pod["containers"]
     (init,) = pod["initContainers"]
+    assert redis["args"][redis["args"].index("--appendonly") + 1] == "yes"
     aclfile = redis["args"][redis["args"].index("--aclfile") + 1]
     init_env = {e["name"]: e.get("value") for e in init["env"]}
     assert init_env["ACL_OUT"] == aclfile
@@ -165,7 +165,7 @@ def test_redis_starts_with_the_acl_and_the_probe_logs_in() -> None:
     assert volumes["acl"]["emptyDir"]["medium"] == "Memory"  # hashes only, but never on a disk
     init_mounts = {m["mountPath"]: m["name"] for m in init["volumeMounts"]}
     template_volume = volumes[init_mounts[str(PurePosixPath(init_env["ACL_TEMPLATE"]).parent)]]
-    assert template_volume["configMap"]["name"] == "meridian-redis-acl"
+    assert template_volume["configMap"]["name"] == _find("ConfigMap", "meridian-redis-acl")["metadata"]["name"]
     probe = redis["readinessProbe"]["exec"]["command"]
     assert probe[probe.index("--user") + 1] == "meridian-probe" and "-e" in probe
     env = {e["name"]: e for e in redis["env"]}
@@ -174,21 +174,32 @@ def test_redis_starts_with_the_acl_and_the_probe_logs_in() -> None:
 
 def test_only_meridians_redis_clients_reach_redis() -> None:
     policy = _find("NetworkPolicy", "meridian-redis")
-    redis_pod_labels = _find("Deployment", "meridian-redis")["spec"]["template"]["metadata"]["labels"]
+    redis = _find("Deployment", "meridian-redis")
+    redis_pod_labels = redis["spec"]["template"]["metadata"]["labels"]
     spec = policy["spec"]
     assert spec["podSelector"]["matchLabels"].items() <= redis_pod_labels.items()
     assert spec["policyTypes"] == ["Ingress"] and spec["ingress"]
-    clients = {component for component, _, _ in _redis_clients()}
+    clients = {component: pod_namespace for component, pod_namespace in (
+        (w["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"], w["metadata"]["namespace"])
+        for w in workloads(_documents()))
+        if component in {c for c, _, _ in _redis_clients()}}
+    admitted: dict[str, str] = {}
     for rule in spec["ingress"]:
         assert [(p["port"], p.get("protocol", "TCP")) for p in rule["ports"]] == [(REDIS_PORT, "TCP")]
         assert rule["from"], "a rule without 'from' admits every source"
         for peer in rule["from"]:
-            assert set(peer) == {"podSelector"}, "same namespace, by pod labels only (no namespaceSelector, ipBlock)"
+            # by pod labels, in Redis's namespace or one named namespace (no ipBlock, no namespace-wide peer)
+            assert set(peer) in ({"podSelector"}, {"podSelector", "namespaceSelector"}), peer
+            namespace = redis["metadata"]["namespace"]
+            if "namespaceSelector" in peer:
+                assert set(peer["namespaceSelector"]) == {"matchLabels"}
+                namespace = peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
             selector = peer["podSelector"]
             assert selector["matchLabels"] == {"app.kubernetes.io/name": "meridian"}
             (components,) = selector["matchExpressions"]
             assert (components["key"], components["operator"]) == ("app.kubernetes.io/component", "In")
-            assert set(components["values"]) == clients
+            admitted.update({c: namespace for c in components["values"]})
+    assert admitted == clients
     service = _find("Service", "meridian-redis")
     assert service["spec"]["ports"][0]["port"] == REDIS_PORT
 

@@ -171,6 +171,7 @@ def test_every_output_format(live) -> None:
         assert "…" not in table and "…" not in wide
         if kind == "workload":
             assert table.split()[:5] == ["ID", "NAME", "TENANT", "STATE", "CLUSTER"], table
+            assert "READY" in wide.splitlines()[0], wide
             assert w.id[:8] in table and w.id not in table and w.id in wide
             assert "REGION" in wide and "NODES" in wide and "REGION" not in table
             assert "NOT BEFORE" not in wide  # empty for every row: left out

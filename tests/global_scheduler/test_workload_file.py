@@ -43,7 +43,7 @@ def _problems(tmp_path: Path, text: str, name: str = "web.yaml") -> list[str]:
                  id="typo-nested"),
     pytest.param(VALID + "colour: blue\n", ["spec.colour: unknown field (known: name, tenant, replicas, requests, "
                                             "priority, allowed_regions, origin_region, latency_slo_ms, deferrable, "
-                                            "deadline, deadline_unix_s, weights, workload_class, idempotency_key)"],
+                                            "deadline, deadline_unix_s, weights, workload_class, image, idempotency_key)"],
                  id="unknown-key-without-a-likely-one"),
     # No coercion: a quoted number is not an integer, a boolean is not a quantity.
     pytest.param(VALID.replace("replicas: 3", "replicas: '3'"), ["spec.replicas: must be an integer, got '3'"],

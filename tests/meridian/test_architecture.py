@@ -82,3 +82,20 @@ def test_the_checker_sees_an_experiment_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from experiments.carbon_bound import carbon_lower_bound\n")
     assert imports_of(bad) & RESEARCH == {"experiments"}
+
+
+# The live global scheduler reads its regions from its federation configuration (registry.config_file), never
+# from the federation simulator's benchmark table; regions and distances are the core's (meridian.regions).
+LIVE_NOT_FROM_SIMULATOR = ("global_scheduler/registry.py", "global_scheduler/federation_config.py")
+
+
+@pytest.mark.parametrize("module", LIVE_NOT_FROM_SIMULATOR)
+def test_live_registry_does_not_import_the_simulator(module: str) -> None:
+    assert "global_scheduler.federation_sim" not in imports_of(ROOT / module)
+
+
+def test_simulator_regions_are_the_core_type() -> None:
+    from global_scheduler.federation_sim import REGIONS
+    from meridian.regions import Region
+
+    assert REGIONS and all(isinstance(r, Region) for r in REGIONS.values())

@@ -63,6 +63,19 @@ class FollowsContext(Protocol):
     def update_context(self, context: PolicyContext) -> None: ...
 
 
+@runtime_checkable
+class ScalesOnUtilisation(Protocol):
+    """A policy that decides on the observed CPU utilisation (``Observation.utilisation``: usage / request
+    over the ready pods) and does nothing without it, as the HPA does without metrics.
+
+    Declared so the serving loop can refuse to start such a policy on a metrics source that supplies no
+    utilisation, instead of running a policy that silently never scales."""
+
+    def utilisation_metric(self) -> str:
+        """What the policy needs, in words, for the refusal's message."""
+        ...
+
+
 RECENT_PEAK_MINUTES = 10
 SPREAD_FLOOR_FRACTION = 0.05
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from regional_scheduler.autoscaling.hpa import HpaBehavior, HpaController, HpaSpec
-from regional_scheduler.autoscaling.policies.base import FollowsContext, PolicyContext
+from regional_scheduler.autoscaling.policies.base import FollowsContext, PolicyContext, ScalesOnUtilisation
 from regional_scheduler.autoscaling.simulator import Observation
 
 NAME = "hpa"
 
 
-class HpaPolicy(FollowsContext):
+class HpaPolicy(FollowsContext, ScalesOnUtilisation):
     name = NAME
 
     def __init__(self, behavior: HpaBehavior | None = None) -> None:
@@ -27,6 +27,9 @@ class HpaPolicy(FollowsContext):
         if self.controller is not None:
             self.controller.spec = self.controller.spec.model_copy(update={
                 "min_replicas": context.sizing.min_replicas, "max_replicas": context.sizing.max_replicas})
+
+    def utilisation_metric(self) -> str:
+        return "CPU utilisation (usage / request over the target's ready pods)"
 
     def decide(self, observation: Observation) -> int:
         assert self.controller is not None, "reset() first"

@@ -14,7 +14,7 @@ from meridian.cli import build_app
 
 def test_autoscaler_replays_a_series_with_the_default_policy_and_a_shadow(
         per_minute_csv: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="regional_scheduler.autoscaling.cli")
+    caplog.set_level(logging.INFO, logger="regional_scheduler.autoscaling.serving")
     result = CliRunner().invoke(build_app(), [
         "autoscaler", "--deployment", "web", "--namespace", "shop", "--replay", str(per_minute_csv),
         "--no-keda", "--interval", "0", "--minutes", "90", "--shadow", "hpa"])
@@ -38,9 +38,30 @@ def test_autoscaler_takes_its_policies_from_the_environment_when_no_flag_is_give
         per_minute_csv: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MERIDIAN_AUTOSCALER_POLICY", "hpa")
     monkeypatch.setenv("MERIDIAN_AUTOSCALER_SHADOW_POLICY", "forecast")
-    caplog.set_level(logging.INFO, logger="regional_scheduler.autoscaling.cli")
+    caplog.set_level(logging.INFO, logger="regional_scheduler.autoscaling.serving")
     result = CliRunner().invoke(build_app(), [
         "autoscaler", "--deployment", "web", "--replay", str(per_minute_csv), "--no-keda", "--interval", "0",
         "--minutes", "3"])
     assert result.exit_code == 0, result.output
     assert sum("shadow(forecast)=" in r.getMessage() for r in caplog.records) == 3
+
+
+@pytest.mark.parametrize("flag", ["--policy", "--shadow"])
+def test_autoscaler_refuses_hpa_on_prometheus_without_cpu_queries(flag: str) -> None:
+    """The hpa policy scales on CPU utilisation; a Prometheus source with only a rate query has none, and
+    the loop must say so before it starts rather than run an HPA that never scales (issue 23 item 7).
+    Refused before any connection: the URL is never contacted."""
+    result = CliRunner().invoke(build_app(), [
+        "autoscaler", "--deployment", "web", "--prometheus", "http://127.0.0.1:9", "--rate-query", "rate",
+        "--no-keda", "--minutes", "1", *(["--policy", "hpa"] if flag == "--policy" else
+                                         ["--policy", "forecast", "--shadow", "hpa"])])
+    assert result.exit_code == 2, result.output
+    output = " ".join(result.output.split())
+    assert "'hpa' scales on CPU utilisation" in output and "--cpu-usage-query" in output
+
+
+def test_autoscaler_wants_both_cpu_queries() -> None:
+    result = CliRunner().invoke(build_app(), [
+        "autoscaler", "--deployment", "web", "--prometheus", "http://127.0.0.1:9", "--rate-query", "rate",
+        "--cpu-usage-query", "usage", "--no-keda", "--minutes", "1"])
+    assert result.exit_code == 2 and "go together" in " ".join(result.output.split())
