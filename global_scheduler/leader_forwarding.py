@@ -75,6 +75,8 @@ class HaServicer(api_grpc.GlobalSchedulerServicer):
                 options = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
                            ("grpc.max_reconnect_backoff_ms", 500)]
                 creds = self.replica.forward_credentials
+                if creds is not None and self.replica.forward_server_name:
+                    options.append(("grpc.ssl_target_name_override", self.replica.forward_server_name))
                 channel = (grpc.secure_channel(address, creds, options=options) if creds is not None
                            else grpc.insecure_channel(address, options=options))
                 got = (channel, api_grpc.GlobalSchedulerStub(channel))
@@ -163,12 +165,16 @@ class HaServicer(api_grpc.GlobalSchedulerServicer):
 
     def WatchWorkload(self, request: api.WatchWorkloadRequest, context: grpc.ServicerContext) -> Iterator[api.Workload]:  # noqa: N802
         stream = self._call("WatchWorkload", request, context, retry_safe=True)
+        forwarded = isinstance(stream, grpc.Call)
+        if forwarded:  # the caller leaving (or its deadline) ends the leader's stream too, idle or not
+            context.add_callback(stream.cancel)
         try:
             yield from stream
         except grpc.RpcError as exc:  # the leader went away mid-watch: the caller watches again
-            if isinstance(stream, grpc.Call):
-                stream.cancel()
             self._relay_error(exc, context)
+        finally:
+            if forwarded:
+                stream.cancel()
 
     def close(self) -> None:
         with self._lock:

@@ -365,6 +365,7 @@ class Replica:
         self._worker: threading.Thread | None = None
         self._engine_used = False
         self.forward_credentials: Any = None  # grpc.ChannelCredentials when the API serves TLS
+        self.forward_server_name: str | None = None  # the name the leader's certificate is checked against
         self.became_leader_at: float | None = None  # time.time() when the last term started serving
         self.restore_s: float | None = None  # how long the last term's engine.start() took
 

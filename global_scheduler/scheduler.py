@@ -141,6 +141,8 @@ class GlobalScheduler:
         self._dispatch_sent: dict[str, tuple[int, float]] = {}
         self._dispatch_sent_lock = threading.Lock()
         self._summaries_read = threading.Event()  # the summary backlog has been applied once
+        # (cluster, workload) → when reconciliation last released a stale copy there (unix s).
+        self._stale_released: dict[tuple[str, str], float] = {}
         # cluster → places whose publish failed, published again by the router (its thread only).
         self._unsent: dict[str, list[tuple[str, int, bytes]]] = {}
         self._unsent_failures = 0
@@ -490,7 +492,7 @@ class GlobalScheduler:
 
     def _record_move(self, wid: str, attempt: int, cluster: str, kind: str, reason: str) -> None:
         obs.WORKLOAD_MOVES.labels(kind=kind, cluster=cluster).inc()
-        log.info("workload %s attempt %d: %s off %s (%s)", wid, attempt, kind, cluster, reason)
+        log.debug("workload %s attempt %d: %s off %s (%s)", wid, attempt, kind, cluster, reason)
         move = dpb.WorkloadMove(workload_id=wid, attempt=attempt, from_cluster=cluster, kind=kind, reason=reason,
                                 time_s=self.clock())
         try:
@@ -555,13 +557,17 @@ class GlobalScheduler:
                 next_claim = time.monotonic() + claim_every_s
             for cluster in self.registry.names():
                 stream = events_stream(cluster)
-                if stream not in groups:
+                first = stream not in groups
+                if first:
                     self.bus.ensure_group(stream, EVENTS_GROUP, start_id="0")
                     groups[stream] = GroupGauges(self.bus, stream, EVENTS_GROUP)
                 groups[stream].maybe_update()
-                # What a dead instance read and never acknowledged (a restart gets a new consumer name).
+                # What a dead instance read and never acknowledged (a restart, or a new leader's term, gets a new
+                # consumer name). One engine consumes at a time (one process, or the leader of replicas), so at
+                # its first look everything pending is a predecessor's: taken at once, not after claim_idle_ms.
                 entries = self.bus.claim_stale(stream, EVENTS_GROUP, self.instance,
-                                               min_idle_ms=self.settings.bus.claim_idle_ms, count=1000) if claim else []
+                                               min_idle_ms=0 if first else self.settings.bus.claim_idle_ms,
+                                               count=1000) if claim or first else []
                 entries += self.bus.read_group(stream, EVENTS_GROUP, self.instance, count=1000, block_ms=None)
                 got += len(entries)
                 for entry in entries:
@@ -692,28 +698,38 @@ class GlobalScheduler:
         one of a cancelled or failed workload, or of a workload this scheduler does not know. A repeated release
         is harmless, and releases only the attempt named and older: a newer attempt routed here stays. Returns
         how many were released."""
-        released = 0
+        stale: list[str] = []
         for cluster in self.registry.names():
             view = self.registry.holdings_view(cluster)
             if view is None or view.workloads is None or not view.ready:
                 continue
             for wid in view.workloads:
                 w = self.store.get(wid)
+                if w is not None and now_s - w.updated_unix_s < grace_s:
+                    continue  # just moved or cancelled: the release that sent it on is on its way
+                if now_s - self._stale_released.get((cluster, wid), float("-inf")) < grace_s:
+                    continue  # released already; give the cluster time to apply it
                 if w is None:
                     if view.generated_s - self._started_s < grace_s:
                         continue  # a summary older than this scheduler's restored store judges nothing
                     attempt, why = STALE_ATTEMPT_ALL, "unknown to the global scheduler"
                 elif w.cluster != cluster:
-                    attempt, why = w.attempt, f"it is {api.WorkloadState.Name(w.state).removeprefix('WORKLOAD_STATE_').lower()}" + (f" on {w.cluster}" if w.cluster else "")
+                    state = api.WorkloadState.Name(w.state).removeprefix("WORKLOAD_STATE_").lower()
+                    attempt, why = w.attempt, f"it is {state}" + (f" on {w.cluster}" if w.cluster else "")
                 elif w.state in (api.WORKLOAD_STATE_FAILED, api.WORKLOAD_STATE_CANCELLED):
                     attempt, why = w.attempt, api.WorkloadState.Name(w.state).removeprefix("WORKLOAD_STATE_").lower()
                 else:
                     continue
                 reason = f"stale copy: {why}"
+                self._stale_released[cluster, wid] = now_s
                 self._record_move(wid, attempt, cluster, "stale_copy", reason)
                 self._publish_release(cluster, wid, attempt, reason)
-                released += 1
-        return released
+                stale.append(f"{wid} on {cluster}")
+        for key in [k for k, at in self._stale_released.items() if now_s - at > 10 * grace_s]:
+            del self._stale_released[key]
+        if stale:
+            log.warning("reconciliation released %d stale copies: %s", len(stale), _some(stale))
+        return len(stale)
 
     def _republish(self, cluster: str, items: list[tuple[str, int, str]], now_s: float) -> Counter[tuple[str, str]]:
         """Publish the places of ``items`` (workload, attempt, reason) again, those still DISPATCHED there."""

@@ -291,6 +291,7 @@ def build_server(engine: GlobalScheduler | None, settings: GlobalSchedulerSettin
         if api_cfg.tls_cert_file and api_cfg.tls_key_file:  # followers forward to the leader over TLS too
             ca = settings.ha.forward_ca_file or api_cfg.tls_cert_file
             replica.forward_credentials = grpc.ssl_channel_credentials(root_certificates=ca.read_bytes())
+            replica.forward_server_name = settings.ha.forward_server_name
         host = api_cfg.listen.rpartition(":")[0]
         replica.start(advertise=None if host.strip("[]") in ("", "0.0.0.0", "::") else f"{host}:{port}")
     else:

@@ -205,6 +205,11 @@ class HaSettings(BaseModel):
     forward_ca_file: Path | None = Field(None, description="PEM CA a follower trusts when it forwards to the "
                                          "leader over TLS (the API has tls_cert_file); None: api.tls_cert_file itself "
                                          "(a self-signed certificate shared by the replicas).")
+    forward_server_name: str | None = Field(None, description="The name a follower checks the leader's TLS "
+                                            "certificate against when it forwards (gRPC's ssl_target_name_override): "
+                                            "in Kubernetes the replicas advertise their pod IPs, which the API's "
+                                            "certificate need not name; its Service DNS name it does. None: the "
+                                            "advertised host.")
 
     @model_validator(mode="after")
     def _ordered(self) -> HaSettings:

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,16 @@ HUB_NAMESPACE = "meridian-clusters"  # where deploy/overlays/hub lets member kub
 WORKLOAD_LABEL = "meridian.io/workload"  # as regional_scheduler.kube_dispatch labels its objects
 ATTEMPT_LABEL = "meridian.io/attempt"
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=meridian"
+REGIONAL_MANIFEST = Path(__file__).resolve().parents[1] / "deploy" / "base" / "regional-scheduler" / \
+    "regional-scheduler.yaml"
+REGIONAL_SERVICE_ACCOUNT = ("meridian-system", "meridian-regional-scheduler")
+
+
+def _unix_s(stamp: str | None) -> float:
+    """An RFC 3339 time of the API server (``2026-12-02T06:39:27Z``) as unix seconds; 0 when absent."""
+    if not stamp:
+        return 0.0
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 @dataclass(frozen=True)
@@ -81,6 +92,8 @@ class Placed:
     attempt: int
     pods: int = 0
     bound: int = 0
+    created_unix_s: float = 0.0  # the object's creationTimestamp (the API server's clock, whole seconds)
+    last_bound_unix_s: float = 0.0  # the latest PodScheduled=True transition of its pods (whole seconds)
 
 
 @dataclass
@@ -89,6 +102,7 @@ class Member:
     plane: ControlPlane
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
+    kubeconfig: Path | None = None  # the regional scheduler's identity
 
     @property
     def name(self) -> str:
@@ -107,6 +121,8 @@ class KubeFederation:
     summary_interval_s: float = 1.0
     api_silence_s: float = 3.0
     unschedulable_grace_s: float = 60.0
+    controller_qps: float = 200.0
+    reconcile_grace_s: float = 20.0  # a burst of hundreds of dispatches takes seconds to show in holdings
     progress: Callable[[str], None] = field(default=lambda message: log.info("%s", message))
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="meridian-kube-federation-")))
     _members: dict[str, Member] = field(default_factory=dict)
@@ -149,7 +165,10 @@ class KubeFederation:
                 raise RuntimeError("no redis-server to start a private bus with (apt-get install redis-server), "
                                    "and no bus URL given")
             self.bus_url = self._redis.url
-        planes = {m.name: ControlPlane(controller_manager=True) for m in self.members}
+        # kube-controller-manager's default client rate (20/s) would pace every Deployment → ReplicaSet → Pod
+        # and be what the benchmark measures; a cluster this busy raises it, as this one does.
+        planes = {m.name: ControlPlane(controller_manager=True, controller_manager_qps=self.controller_qps)
+                  for m in self.members}
         hub = ControlPlane() if self.hub else None
         self.progress(f"starting {len(planes)} member control planes{' and a hub' if hub else ''} "
                       "(kube-apiserver, etcd, kube-controller-manager)")
@@ -182,9 +201,22 @@ class KubeFederation:
         self.progress(f"federation up: {', '.join(self._members)} reporting to the global scheduler at {self.target}")
 
     def _prepare_member(self, member: Member) -> None:
+        if REGIONAL_MANIFEST.is_file():
+            # The regional scheduler runs under its own ServiceAccount with the RBAC deploy/ grants it, so a
+            # call that RBAC forbids fails here as it would in a real member.
+            member.plane.apply_rbac(REGIONAL_MANIFEST)
+            member.kubeconfig = member.plane.service_account_kubeconfig(*REGIONAL_SERVICE_ACCOUNT)
+        else:
+            log.warning("%s not found (not a source checkout): %s's regional scheduler runs as the admin",
+                        REGIONAL_MANIFEST, member.name)
+            member.kubeconfig = member.plane.admin_kubeconfig
         with member.plane.api_client() as api:
             core = client.CoreV1Api(api)
-            core.create_namespace({"metadata": {"name": WORKLOAD_NAMESPACE}})
+            try:
+                core.create_namespace({"metadata": {"name": WORKLOAD_NAMESPACE}})
+            except ApiException as exc:
+                if exc.status != 409:  # the RBAC manifest creates it
+                    raise
             try:  # pods need it; kube-controller-manager makes it a moment later, unless it was first
                 core.create_namespaced_service_account(WORKLOAD_NAMESPACE, {"metadata": {"name": "default"}})
             except ApiException as exc:
@@ -229,7 +261,7 @@ class KubeFederation:
                "MERIDIAN_KUBE_DISPATCH_UNSCHEDULABLE_GRACE_S": str(self.unschedulable_grace_s),
                # Nothing confirms a graceful deletion without a kubelet: a released pod would stay Terminating.
                "MERIDIAN_KUBE_DISPATCH_TERMINATION_GRACE_PERIOD_S": "0"}
-        argv = [sys.executable, "-m", "regional_scheduler.kube_cli", "--kubeconfig", str(member.plane.admin_kubeconfig),
+        argv = [sys.executable, "-m", "regional_scheduler.kube_cli", "--kubeconfig", str(member.kubeconfig),
                 "--cluster", member.name, "--region", member.spec.region, "--bus-url", self.bus_url,
                 "--no-leader-elect", "--metrics-port", "0", "--kube-api-qps", "0",
                 "--workload-namespace", WORKLOAD_NAMESPACE]
@@ -244,12 +276,11 @@ class KubeFederation:
             bus={"url": self.bus_url, "poll_block_ms": 50},
             registry={"cluster_timeout_s": self.registry_timeout_s, "sweep_interval_s": 0.5,
                       "config_file": Path(str(self._config.source))},
-            reconcile={"interval_s": 2.0, "grace_s": 5.0},
+            reconcile={"interval_s": 2.0, "grace_s": self.reconcile_grace_s},
             routing={"policy": self.routing},
         )
         self.engine = GlobalScheduler(settings=settings, bus=open_bus(self.bus_url))
-        self.engine.start()
-        self.server = build_server(self.engine, settings)
+        self.server = build_server(self.engine, settings)  # starts the engine, then serves
 
     def close(self) -> None:
         if self.server is not None:
@@ -317,7 +348,8 @@ class KubeFederation:
         for kind, obj in items:
             labels = obj["metadata"]["labels"]
             key = (labels[WORKLOAD_LABEL], labels[ATTEMPT_LABEL])
-            out[key] = Placed(name, kind, obj["metadata"]["name"], key[0], int(key[1]))
+            out[key] = Placed(name, kind, obj["metadata"]["name"], key[0], int(key[1]),
+                              created_unix_s=_unix_s(obj["metadata"].get("creationTimestamp")))
         for pod in pods:
             if pod["metadata"].get("deletionTimestamp"):
                 continue
@@ -326,6 +358,9 @@ class KubeFederation:
             if p is not None:
                 p.pods += 1
                 p.bound += bool(pod["spec"].get("nodeName"))
+                for c in pod.get("status", {}).get("conditions") or ():
+                    if c.get("type") == "PodScheduled" and c.get("status") == "True":
+                        p.last_bound_unix_s = max(p.last_bound_unix_s, _unix_s(c.get("lastTransitionTime")))
         return list(out.values())
 
     def live_pods(self, name: str) -> int:

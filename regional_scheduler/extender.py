@@ -1,8 +1,8 @@
 """kube-scheduler's extender protocol, served from the regional scheduler's own cluster state.
 
 A team that keeps the stock kube-scheduler adds Meridian's filter and scores through its
-``extenders`` configuration (``deploy/regional-scheduler-extender.yaml``). kube-scheduler first runs
-its own filters, then POSTs to ``<urlPrefix>/<filterVerb>`` and ``<urlPrefix>/<prioritizeVerb>``:
+``extenders`` configuration (``deploy/base/extender/regional-scheduler-extender.yaml``). kube-scheduler
+first runs its own filters, then POSTs to ``<urlPrefix>/<filterVerb>`` and ``<urlPrefix>/<prioritizeVerb>``:
 
 * ``ExtenderArgs`` ``{"pod": Pod, "nodes": NodeList}`` or, with ``nodeCacheCapable: true``,
   ``{"pod": Pod, "nodenames": [...]}``; both are served.

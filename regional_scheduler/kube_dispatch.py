@@ -53,6 +53,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,6 +105,8 @@ class KubeDispatchSettings(BaseSettings):
     api_silence_s: float = Field(5.0, gt=0, description="Seconds without an answer from the API server after "
                                  "which this cluster stops publishing summaries (the global tier fails it over).")
     request_timeout_s: float = Field(10.0, gt=0, description="Timeout of one API request.")
+    apply_workers: int = Field(8, ge=1, description="Workloads applied at once (one workload's entries stay in "
+                               "order); each apply is a round trip to the API server.")
     batch: int = Field(64, ge=1, description="Dispatch entries read per poll.")
     block_ms: int = Field(500, ge=1, description="Longest wait for new entries per poll (ms).")
     claim_idle_ms: int = Field(30_000, ge=1000, description="Entries pending this long belong to a dead consumer "
@@ -266,6 +269,7 @@ class KubeDispatchWorker:
         self.stream = dispatch_stream(cluster)
         self.events = events_stream(cluster)
         self._gauges = GroupGauges(bus, self.stream, GROUP)
+        self._pool = ThreadPoolExecutor(max_workers=self.settings.apply_workers, thread_name_prefix="kube-dispatch")
         self._retry: list[StreamEntry] = []  # entries not applied because the API server did not answer
         self._last_answer: float | None = None  # not known to answer until it has
         self._lock = threading.Lock()
@@ -370,9 +374,10 @@ class KubeDispatchWorker:
         key = (msg.workload_id, msg.attempt)
         body = manifest(msg, self.settings)
         try:
-            stale = self._delete_objects(msg.workload_id, keep_attempt=msg.attempt)
-            if stale:
-                log.info("%s: removed %d objects of older attempts of %s", self.cluster, stale, msg.workload_id)
+            if msg.attempt > 1:  # an older attempt may have been routed here before (failback)
+                stale = self._delete_objects(msg.workload_id, keep_attempt=msg.attempt)
+                if stale:
+                    log.info("%s: removed %d objects of older attempts of %s", self.cluster, stale, msg.workload_id)
             self._apply(body)
         except ApiException as exc:  # the API server refused it (invalid, forbidden, quota): another cluster may not
             reason = f"{body['kind']} {body['metadata']['name']} refused by the API server: " \
@@ -423,28 +428,39 @@ class KubeDispatchWorker:
             entries += self.bus.read_group(self.stream, GROUP, self.consumer, count=self.settings.batch,
                                            block_ms=self.settings.block_ms if block_ms is None else block_ms)
         self._gauges.maybe_update()
+        # One workload's entries in order; different workloads side by side (each apply is a round trip).
+        by_workload: dict[str, list[StreamEntry]] = {}
+        for entry in entries:
+            by_workload.setdefault(_workload_of(entry), []).append(entry)
+        results = list(self._pool.map(self._apply_in_order, by_workload.values()))
+        out = [event for events, _, _ in results for event in events]
+        done = [entry_id for _, ids, _ in results for entry_id in ids]
+        left = sorted((e for _, _, rest in results for e in rest), key=lambda e: _entry_order(e.entry_id))
+        if out:
+            self.bus.publish_many(self.events, out, maxlen=self.settings.events_maxlen)
+        if done:
+            self.bus.ack(self.stream, GROUP, done)
+        if left:
+            self._retry = left
+            raise ApiServerUnavailableError(f"{len(left)} dispatch entries wait for the API server")
+        return len(done)
+
+    def _apply_in_order(self, entries: list[StreamEntry]) -> tuple[list[bytes], list[str], list[StreamEntry]]:
+        """Apply one workload's entries in order: (events, entries done, entries left for the API server)."""
         out: list[bytes] = []
         done: list[str] = []
-        unavailable: ApiServerUnavailableError | None = None
         for i, entry in enumerate(entries):
             try:
                 out.extend(self.handle(entry))
             except ApiServerUnavailableError as exc:
-                self._retry = entries[i:]
-                unavailable = exc
-                break
+                log.debug("%s: %s", self.cluster, exc)
+                return out, done, entries[i:]
             except Exception as exc:
                 self.bus.dead_letter(self.stream, entry, reason=f"cannot apply: {exc}", group=GROUP,
                                      consumer=self.consumer)
                 obs.STREAM_DEAD_LETTERS.labels(stream="meridian:dispatch", reason="apply").inc()
             done.append(entry.entry_id)
-        if out:
-            self.bus.publish_many(self.events, out, maxlen=self.settings.events_maxlen)
-        if done:
-            self.bus.ack(self.stream, GROUP, done)
-        if unavailable is not None:
-            raise unavailable
-        return len(done)
+        return out, done, []
 
     # ------------------------------------------------------------------ status
     def read_status(self) -> list[bytes]:
@@ -521,14 +537,26 @@ class KubeDispatchWorker:
         failures = 0
         grouped = False
         next_status = 0.0
+        led = False
         while not stop.is_set():
             if leading is not None and not leading.is_set():
+                led = False
                 stop.wait(0.2)
                 continue
             try:
                 if not grouped:
                     self.bus.ensure_group(self.stream, GROUP, start_id="0")
                     grouped = True
+                if not led:
+                    # Only the leader consumes: what a dead leader read and never acknowledged is this one's
+                    # at once, not after claim_idle_ms (a deposed leader still applying it is harmless:
+                    # server-side apply of the same attempt writes nothing).
+                    self._retry = self.bus.claim_stale(self.stream, GROUP, self.consumer, min_idle_ms=0,
+                                                       count=self.settings.batch) + self._retry
+                    if self._retry:
+                        log.info("%s: took over %d dispatch entries a previous leader left unacknowledged",
+                                 self.cluster, len(self._retry))
+                    led = True
                 if time.monotonic() >= next_status:
                     next_status = time.monotonic() + self.settings.status_interval_s
                     events = self.read_status()
@@ -546,6 +574,21 @@ class KubeDispatchWorker:
                 log.error("dispatch into %s: the API server refused a status read: %s", self.cluster,
                           _status_message(exc))
                 stop.wait(self.settings.backoff_s[-1])
+
+
+def _workload_of(entry: StreamEntry) -> str:
+    """The workload an entry is about ("" for one that does not decode: handled, and dead-lettered, alone)."""
+    try:
+        msg = dpb.DispatchMessage.FromString(entry.payload)
+    except Exception:
+        return ""
+    action = msg.WhichOneof("action")
+    return msg.place.workload_id if action == "place" else msg.release.workload_id if action == "release" else ""
+
+
+def _entry_order(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms or 0), int(seq or 0)
 
 
 def _status_message(exc: ApiException) -> str:

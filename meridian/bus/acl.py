@@ -17,9 +17,11 @@ global tier's workload hash and energy ledger (:data:`WORKLOADS_KEY`, :data:`ENE
 checks them against ``global_scheduler``). Every key sits under the bus's ``key_prefix``.
 
 ``python -m meridian.bus.acl [--key-prefix P] [--cluster C]`` prints an ACL file (``redis-server
---aclfile``); ``deploy/redis/users.acl`` is its output with the defaults, and a test keeps them equal.
-The file holds no passwords: Redis's pod adds each user's from its Secret (``deploy/redis.yaml``); a
-user without one cannot log in. ``--cluster`` narrows the agent and regional users to one cluster's
+--aclfile``); ``deploy/base/redis/users.acl`` (also reachable as ``deploy/redis/users.acl``, a link) is
+its output with the defaults, and a test keeps them equal; kustomize makes Redis's ACL ConfigMap from it.
+The file holds no passwords: Redis's pod adds each user's from its Secret
+(``deploy/base/redis/redis.yaml``; the overlays' ``secretGenerator`` makes the Secrets); a user without
+one cannot log in. ``--cluster`` narrows the agent and regional users to one cluster's
 streams (one Redis per cluster); the default ``*`` lets them reach every cluster's, and then a pattern
 such as ``meridian:telemetry:*`` also covers that stream's dead-letter stream ``…:<cluster>:dead``.
 

@@ -13,6 +13,7 @@ import json
 import logging
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -20,6 +21,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from meridian.cli import CliRoot
+
+if TYPE_CHECKING:
+    from regional_scheduler.autoscaling.online import OnlineAutoscaler
+    from regional_scheduler.autoscaling.serving import MetricsSource
+    from regional_scheduler.autoscaling.settings import AutoscalerSettings
 
 log = logging.getLogger(__name__)
 
@@ -113,49 +119,30 @@ def train_autoscale(
     typer.echo(f"wrote {target} (trained on {[s['name'] for s in metadata['series']]})")
 
 
-def autoscaler(
-    deployment: str = typer.Option(..., "--deployment", help="Deployment whose scale subresource is driven."),
-    namespace: str = typer.Option("default", "--namespace"),
-    prometheus: str | None = typer.Option(None, "--prometheus", help="Prometheus base URL (metrics source)."),
-    rate_query: str | None = typer.Option(None, "--rate-query", help="PromQL: requests per second (one sample)."),
-    p99_query: str | None = typer.Option(None, "--p99-query", help="PromQL: p99 latency in seconds (optional)."),
-    error_query: str | None = typer.Option(None, "--error-query", help="PromQL: error ratio (optional)."),
-    cpu_usage_query: str | None = typer.Option(None, "--cpu-usage-query", help="PromQL: CPU in use per pod, in "
-                                               "cores (one sample per pod, label `pod`). With --cpu-request-query "
-                                               "it gives the CPU utilisation the hpa policy needs."),
-    cpu_request_query: str | None = typer.Option(None, "--cpu-request-query", help="PromQL: CPU request per pod, "
-                                                 "in cores (label `pod`); its pods are the target's pods."),
-    ready_query: str | None = typer.Option(None, "--ready-query", help="PromQL: readiness per pod (label `pod`, "
-                                           "> 0 = ready); default: every pod reporting usage is ready."),
-    replay: Path | None = typer.Option(None, "--replay", help="Instead of Prometheus, replay a request-rate CSV "
-                                       "(one row per --interval): a demo and a dry run of the loop."),
-    interval_s: float = typer.Option(60.0, "--interval", help="Seconds between decisions (one sample each)."),
-    drive_scale: bool = typer.Option(False, "--drive-scale/--no-drive-scale",
-                                     help="Write spec.replicas of the Deployment's scale subresource."),
-    dry_run: bool = typer.Option(True, "--dry-run/--no-dry-run", help="Server-side dry run of scale writes."),
-    keda: bool = typer.Option(True, "--keda/--no-keda", help="Serve KEDA's external scaler gRPC API."),
-    policy: str | None = typer.Option(None, "--policy", help="Live policy; default MERIDIAN_AUTOSCALER_POLICY, "
-                                      "else quantile-budget (the benchmark's best: quantile forecasts under an "
-                                      "online budget of the HPA's replica-hours)."),
-    shadow: str | None = typer.Option(None, "--shadow", help="Also run this policy in shadow mode (logged); "
-                                      "default MERIDIAN_AUTOSCALER_SHADOW_POLICY."),
-    capacity_rpm: float | None = typer.Option(None, "--capacity-rpm", help="Requests per minute one replica "
-                                              "serves at 100% (from a load test); default: derived from history."),
-    minutes: int | None = typer.Option(None, "--minutes", help="Stop after this many decisions."),
-) -> None:
-    """Run the autoscaling loop: decisions to the scale subresource and/or to KEDA."""
-    from regional_scheduler.autoscaling.k8s_driver import ScaleSubresourceDriver
-    from regional_scheduler.autoscaling.keda_scaler import PredictiveExternalScaler, serve
+def prepare_serving(
+    *, prometheus: str | None = None, rate_query: str | None = None, p99_query: str | None = None,
+    error_query: str | None = None, cpu_usage_query: str | None = None, cpu_request_query: str | None = None,
+    ready_query: str | None = None, replay: Path | None = None, policy: str | None = None,
+    shadow: str | None = None, capacity_rpm: float | None = None,
+) -> tuple[AutoscalerSettings, OnlineAutoscaler, MetricsSource]:
+    """Validate ``meridian autoscaler``'s metrics and policy options and build what the loop runs, connecting
+    to nothing (no Prometheus query, no API server, no port; only ``--replay``'s file is read).
+
+    Every reason the autoscaler refuses to start is raised here, as :class:`typer.BadParameter` (a usage
+    error, exit status 2): no or two metrics sources, a lone CPU query, an unknown policy, and a live or
+    shadow policy that scales on CPU utilisation (``hpa``) without ``--cpu-usage-query`` and
+    ``--cpu-request-query`` (:func:`.serving.check_metrics`). Policies left unset come from the environment
+    (``MERIDIAN_AUTOSCALER_POLICY`` / ``_SHADOW_POLICY``), as in the CLI. The command calls it first; a test
+    can call it on a manifest's arguments (tests/deploy/test_autoscaler_args.py).
+    """
     from regional_scheduler.autoscaling.online import OnlineAutoscaler
     from regional_scheduler.autoscaling.policies.registry import build_policy
     from regional_scheduler.autoscaling.prometheus_source import PrometheusQueries, PrometheusSource
     from regional_scheduler.autoscaling.request_series import load_request_series
     from regional_scheduler.autoscaling.serving import (
-        MetricsSource,
         MissingMetricError,
         PrometheusMetrics,
         ReplayMetrics,
-        ServingLoop,
         check_metrics,
     )
     from regional_scheduler.autoscaling.settings import AutoscalerSettings
@@ -192,6 +179,48 @@ def autoscaler(
         check_metrics(online, source)  # before connecting to anything
     except MissingMetricError as exc:
         raise typer.BadParameter(str(exc), param_hint="--policy/--shadow") from None
+    return settings, online, source
+
+
+def autoscaler(
+    deployment: str = typer.Option(..., "--deployment", help="Deployment whose scale subresource is driven."),
+    namespace: str = typer.Option("default", "--namespace"),
+    prometheus: str | None = typer.Option(None, "--prometheus", help="Prometheus base URL (metrics source)."),
+    rate_query: str | None = typer.Option(None, "--rate-query", help="PromQL: requests per second (one sample)."),
+    p99_query: str | None = typer.Option(None, "--p99-query", help="PromQL: p99 latency in seconds (optional)."),
+    error_query: str | None = typer.Option(None, "--error-query", help="PromQL: error ratio (optional)."),
+    cpu_usage_query: str | None = typer.Option(None, "--cpu-usage-query", help="PromQL: CPU in use per pod, in "
+                                               "cores (one sample per pod, label `pod`). With --cpu-request-query "
+                                               "it gives the CPU utilisation the hpa policy needs."),
+    cpu_request_query: str | None = typer.Option(None, "--cpu-request-query", help="PromQL: CPU request per pod, "
+                                                 "in cores (label `pod`); its pods are the target's pods."),
+    ready_query: str | None = typer.Option(None, "--ready-query", help="PromQL: readiness per pod (label `pod`, "
+                                           "> 0 = ready); default: every pod reporting usage is ready."),
+    replay: Path | None = typer.Option(None, "--replay", help="Instead of Prometheus, replay a request-rate CSV "
+                                       "(one row per --interval): a demo and a dry run of the loop."),
+    interval_s: float = typer.Option(60.0, "--interval", help="Seconds between decisions (one sample each)."),
+    drive_scale: bool = typer.Option(False, "--drive-scale/--no-drive-scale",
+                                     help="Write spec.replicas of the Deployment's scale subresource."),
+    dry_run: bool = typer.Option(True, "--dry-run/--no-dry-run", help="Server-side dry run of scale writes."),
+    keda: bool = typer.Option(True, "--keda/--no-keda", help="Serve KEDA's external scaler gRPC API."),
+    policy: str | None = typer.Option(None, "--policy", help="Live policy; default MERIDIAN_AUTOSCALER_POLICY, "
+                                      "else quantile-budget (the benchmark's best: quantile forecasts under an "
+                                      "online budget of the HPA's replica-hours)."),
+    shadow: str | None = typer.Option(None, "--shadow", help="Also run this policy in shadow mode (logged); "
+                                      "default MERIDIAN_AUTOSCALER_SHADOW_POLICY."),
+    capacity_rpm: float | None = typer.Option(None, "--capacity-rpm", help="Requests per minute one replica "
+                                              "serves at 100% (from a load test); default: derived from history."),
+    minutes: int | None = typer.Option(None, "--minutes", help="Stop after this many decisions."),
+) -> None:
+    """Run the autoscaling loop: decisions to the scale subresource and/or to KEDA."""
+    from regional_scheduler.autoscaling.k8s_driver import ScaleSubresourceDriver
+    from regional_scheduler.autoscaling.keda_scaler import PredictiveExternalScaler, serve
+    from regional_scheduler.autoscaling.serving import ServingLoop
+
+    settings, online, source = prepare_serving(
+        prometheus=prometheus, rate_query=rate_query, p99_query=p99_query, error_query=error_query,
+        cpu_usage_query=cpu_usage_query, cpu_request_query=cpu_request_query, ready_query=ready_query,
+        replay=replay, policy=policy, shadow=shadow, capacity_rpm=capacity_rpm)
     driver = ScaleSubresourceDriver.from_cluster(name=deployment, namespace=namespace, dry_run=dry_run) \
         if drive_scale else None
     stop = threading.Event()

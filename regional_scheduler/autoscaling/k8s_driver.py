@@ -1,7 +1,9 @@
 """Drive a Deployment through its ``scale`` subresource with the official Kubernetes client.
 
-Only ``spec.replicas`` of ``apps/v1 deployments/<name>/scale`` is read and written (RBAC: ``get``,
-``update``, ``patch`` on ``deployments/scale``), so the autoscaler never touches the pod template.
+Only ``spec.replicas`` of ``apps/v1 deployments/<name>/scale`` is read and replaced (RBAC: ``get`` and
+``update`` on ``deployments/scale`` in the target's namespace, the Role of
+``deploy/base/autoscaler/autoscaler.yaml``; it never patches), so the autoscaler never touches the pod
+template.
 """
 
 from __future__ import annotations

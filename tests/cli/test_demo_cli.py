@@ -89,3 +89,19 @@ def test_the_replay_line_claims_the_same_work_only_when_it_was(gnn: dict[str, fl
 
 def test_no_replay_line_without_both_policies() -> None:
     assert replay_summary({"gnn": _result(1.0, 1.0)}) is None
+
+
+@pytest.mark.kubernetes
+@pytest.mark.slow
+def test_demo_on_kubernetes_binds_the_workloads_in_member_clusters(tmp_path: Path) -> None:
+    out = tmp_path / "demo.json"
+    result = CliRunner().invoke(build_app(), ["demo", "--kubernetes", "--workloads", "6", "--replay-days", "0",
+                                              "--routing", "round-robin", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    live = json.loads(out.read_text())["live_kubernetes"]
+    assert live["workloads"] == 6
+    # Read from the members' API servers: every workload's replicas bound where the global scheduler sent it.
+    assert live["bound_confirmed_in_members"] == 6
+    assert sum(m["bound"] for m in live["members"].values()) == sum(m["pods"] for m in live["members"].values()) > 0
+    assert all(m["objects"] > 0 for m in live["members"].values())  # round-robin: both members got work
+    assert "have every replica's pod bound in the member the global scheduler chose" in result.output

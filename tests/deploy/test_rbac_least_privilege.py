@@ -12,7 +12,8 @@ and nowhere is a wildcard verb, resource or apiGroup granted.
 The mapping is not a hand-written table: the kubernetes client's generated API classes hold the HTTP
 method and URL path of every method (``_<method>_serialize`` → ``param_serialize(method=..., resource_path=...)``),
 and the verb follows from them as the API server derives it (GET on an object: get, on a collection: list,
-or watch with ``watch=True``; POST: create; PUT: update; PATCH: patch (server-side apply included);
+or watch with ``watch=True``; POST: create; PUT: update; PATCH: patch, and create as well in a module that
+patches with server-side apply (``application/apply-patch+yaml``), which creates what does not exist yet;
 DELETE: delete or deletecollection). A list method that is referenced but not called is
 taken to watch when handed to ``watch.Watch().stream``, to list and watch when handed to an informer
 (``list_fn=core.list_node``, or any call of a ``*Informer``), and otherwise to do what the call it is
@@ -145,6 +146,8 @@ def classify(http: str, path: str, *, watch: bool = False) -> Access | None:
 
 # ------------------------------------------------------------------ the code's calls
 
+APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
+
 
 def _literal(node: ast.AST) -> str | None:
     """A string constant, or an f-string with its fields as ``{}`` placeholders."""
@@ -232,7 +235,9 @@ def _api_classes(tree: ast.AST) -> dict[str, str]:
 def scan_file(path: Path, rel: str | None = None) -> tuple[list[Call], list[str]]:
     """The API calls of one module, and what could not be resolved."""
     rel = rel or str(path.relative_to(REPO))
-    tree = ast.parse(path.read_text(), filename=rel)
+    text = path.read_text()
+    tree = ast.parse(text, filename=rel)
+    applies = APPLY_CONTENT_TYPE in text  # the module patches with server-side apply
     methods = client_methods()
     owner = _function_of(tree)
     bound = _api_classes(tree)
@@ -280,6 +285,10 @@ def scan_file(path: Path, rel: str | None = None) -> tuple[list[Call], list[str]
         verbs = {accesses[0].verb}
         if accesses[0].verb == "list":
             verbs = _list_verbs(call, handed.get(id(node)))
+        elif accesses[0].verb == "patch" and applies:
+            # Server-side apply creates the object when it does not exist, and the API server then
+            # authorizes the PATCH as a create as well.
+            verbs = {"patch", "create"}
         for verb in sorted(verbs):
             options = tuple(dict.fromkeys(Access(a.group, a.resource, verb, a.cluster_wide) for a in accesses))
             calls.append(Call(where, node.attr, options))

@@ -40,7 +40,9 @@ def test_dispatched_work_has_a_namespace_and_the_rights_to_it() -> None:
     role = find(docs, "Role", "meridian-regional-scheduler-workloads", "meridian-workloads")
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
                for v in rule["verbs"]}
-    verbs = {"list", "patch", "delete"}  # what regional_scheduler/kube_dispatch.py calls
+    # What regional_scheduler/kube_dispatch.py calls: server-side apply is a PATCH, authorized as a create too
+    # when it creates the object.
+    verbs = {"create", "list", "patch", "delete"}
     assert granted == {("apps", "deployments", v) for v in verbs} | {("batch", "jobs", v) for v in verbs}
     binding = find(docs, "RoleBinding", "meridian-regional-scheduler-workloads", "meridian-workloads")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "meridian-regional-scheduler",

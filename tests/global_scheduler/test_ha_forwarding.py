@@ -64,8 +64,11 @@ def test_a_follower_forwards_with_the_callers_token_and_relays_errors(pair) -> N
     keyless = via_follower.SubmitWorkload(api.SubmitWorkloadRequest(spec=spec()), metadata=AUTH, timeout=10)
     page = via_follower.ListWorkloads(api.ListWorkloadsRequest(), metadata=AUTH, timeout=10)
     assert {x.id for x in page.workloads} == {w.id, keyless.id}
-    first = next(iter(via_follower.WatchWorkload(api.WatchWorkloadRequest(id=w.id), metadata=AUTH, timeout=10)))
-    assert first.id == w.id
+    watch = via_follower.WatchWorkload(api.WatchWorkloadRequest(id=w.id), metadata=AUTH, timeout=30)
+    assert next(watch).id == w.id
+    assert leader.streams is not None and leader.streams.open == 1  # the follower's stream to the leader
+    watch.cancel()  # the caller leaves: the follower ends its stream to the leader too
+    wait_for(lambda: leader.streams.open == 0, 10, "the leader's stream to close")
     # The leader's error, code, message and details unchanged.
     with pytest.raises(grpc.RpcError) as err:
         via_follower.SubmitWorkload(api.SubmitWorkloadRequest(spec=spec(replicas=0)), metadata=AUTH, timeout=10)
