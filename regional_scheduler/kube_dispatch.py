@@ -385,7 +385,8 @@ class KubeDispatchWorker:
             log.warning("%s: %s", self.cluster, reason)
             obs.PLACEMENT_FAILURES.labels(component="regional-dispatch", cluster=self.cluster,
                                           reason="object refused").inc()
-            self._failed_here.add(key)
+            with self._lock:
+                self._failed_here.add(key)
             return [self._event(*key, dpb.PLACEMENT_PHASE_FAILED, reason=reason)]
         self.applied_total += 1
         with self._lock:
@@ -533,10 +534,13 @@ class KubeDispatchWorker:
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event, *, leading: threading.Event | None = None) -> None:
         """Apply and report until ``stop``; with ``leading``, only while it is set (the regional scheduler's
-        Lease: one replica dispatches)."""
+        Lease: one replica dispatches). Status is read on a thread of its own, so a burst of applies does not
+        delay the news of what is already bound."""
+        status = threading.Thread(target=self._status_loop, args=(stop, leading), name=f"{self.cluster}-status",
+                                  daemon=True)
+        status.start()
         failures = 0
         grouped = False
-        next_status = 0.0
         led = False
         while not stop.is_set():
             if leading is not None and not leading.is_set():
@@ -557,23 +561,36 @@ class KubeDispatchWorker:
                         log.info("%s: took over %d dispatch entries a previous leader left unacknowledged",
                                  self.cluster, len(self._retry))
                     led = True
-                if time.monotonic() >= next_status:
-                    next_status = time.monotonic() + self.settings.status_interval_s
-                    events = self.read_status()
-                    if events:
-                        self.bus.publish_many(self.events, events, maxlen=self.settings.events_maxlen)
-                self.poll_once(block_ms=min(self.settings.block_ms, int(self.settings.status_interval_s * 1000)))
+                self.poll_once()
                 failures = 0
             except (BusUnavailableError, BusError, ApiServerUnavailableError) as exc:
-                delay = self.settings.backoff_s[min(failures, len(self.settings.backoff_s) - 1)]
-                failures += 1
-                what = "API server" if isinstance(exc, ApiServerUnavailableError) else "bus"
-                log.warning("dispatch into %s: %s unavailable (%s); retrying in %.1f s", self.cluster, what, exc, delay)
-                stop.wait(delay)
+                failures = self._back_off(stop, exc, failures)
+        status.join(timeout=10)
+        self._pool.shutdown(wait=False)
+
+    def _status_loop(self, stop: threading.Event, leading: threading.Event | None) -> None:
+        failures = 0
+        while not stop.wait(self.settings.status_interval_s):
+            if leading is not None and not leading.is_set():
+                continue
+            try:
+                events = self.read_status()
+                if events:
+                    self.bus.publish_many(self.events, events, maxlen=self.settings.events_maxlen)
+                failures = 0
+            except (BusUnavailableError, BusError, ApiServerUnavailableError) as exc:
+                failures = self._back_off(stop, exc, failures)
             except ApiException as exc:  # a list refused (RBAC): say so, keep going
                 log.error("dispatch into %s: the API server refused a status read: %s", self.cluster,
                           _status_message(exc))
                 stop.wait(self.settings.backoff_s[-1])
+
+    def _back_off(self, stop: threading.Event, exc: Exception, failures: int) -> int:
+        delay = self.settings.backoff_s[min(failures, len(self.settings.backoff_s) - 1)]
+        what = "API server" if isinstance(exc, ApiServerUnavailableError) else "bus"
+        log.warning("dispatch into %s: %s unavailable (%s); retrying in %.1f s", self.cluster, what, exc, delay)
+        stop.wait(delay)
+        return failures + 1
 
 
 def _workload_of(entry: StreamEntry) -> str:
