@@ -346,37 +346,40 @@ class KubeDispatchWorker:
                         ns, name, ", ".join(sorted(fields)) or "?")
             self._call(patch, name, ns, body, force=True, **kwargs)
 
-    def _delete_objects(self, wid: str, keep_attempt: int | None = None, up_to_attempt: int | None = None) -> int:
-        """Delete the workload's objects (only older than/other than ``keep_attempt``, or at most
-        ``up_to_attempt``); returns how many."""
-        deleted = 0
-        ns = self.settings.namespace
-        selector = f"{WORKLOAD_LABEL}={wid}"
+    def _objects_of(self, wid: str) -> list[tuple[Callable[..., Any], str, int]]:
+        """The workload's objects here: (delete method, name, attempt)."""
+        out = []
         for lister, deleter in ((self.apps.list_namespaced_deployment, self.apps.delete_namespaced_deployment),
                                 (self.batch.list_namespaced_job, self.batch.delete_namespaced_job)):
-            reply = self._call(lister, ns, label_selector=selector, _preload_content=False)
-            for obj in json.loads(reply.data).get("items", []):
-                attempt = int(_labels(obj).get(ATTEMPT_LABEL, "0") or 0)
-                if keep_attempt is not None and attempt == keep_attempt:
-                    continue
-                if up_to_attempt is not None and attempt > up_to_attempt:
-                    continue
-                try:
-                    self._call(deleter, obj["metadata"]["name"], ns, propagation_policy="Background",
+            reply = self._call(lister, self.settings.namespace, label_selector=f"{WORKLOAD_LABEL}={wid}",
                                _preload_content=False)
-                    deleted += 1
-                except ApiException as exc:
-                    if exc.status != 404:
-                        raise
-        return deleted
+            for obj in json.loads(reply.data).get("items", []):
+                out.append((deleter, obj["metadata"]["name"], int(_labels(obj).get(ATTEMPT_LABEL, "0") or 0)))
+        return out
+
+    def _delete(self, objects: list[tuple[Callable[..., Any], str, int]]) -> int:
+        for deleter, name, _ in objects:
+            try:
+                self._call(deleter, name, self.settings.namespace, propagation_policy="Background",
+                           _preload_content=False)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        return len(objects)
 
     def place(self, msg: dpb.PlaceWorkload) -> list[bytes]:
         key = (msg.workload_id, msg.attempt)
         body = manifest(msg, self.settings)
         try:
-            if msg.attempt > 1:  # an older attempt may have been routed here before (failback)
-                stale = self._delete_objects(msg.workload_id, keep_attempt=msg.attempt)
-                if stale:
+            if msg.attempt > 1 or self._seen_newer(msg):
+                # Another attempt may be here: an older one routed here before (failback) goes; a newer one
+                # means this place is stale (a re-published place overtaken by a reroute) and is ignored.
+                objects = self._objects_of(msg.workload_id)
+                if any(attempt > msg.attempt for _, _, attempt in objects):
+                    log.info("%s: place of %s attempt %d ignored: a newer attempt is here", self.cluster,
+                             msg.workload_id, msg.attempt)
+                    return []
+                if stale := self._delete([o for o in objects if o[2] < msg.attempt]):
                     log.info("%s: removed %d objects of older attempts of %s", self.cluster, stale, msg.workload_id)
             self._apply(body)
         except ApiException as exc:  # the API server refused it (invalid, forbidden, quota): another cluster may not
@@ -395,8 +398,14 @@ class KubeDispatchWorker:
         obs.PLACEMENTS.labels(component="regional-dispatch", cluster=self.cluster, policy="kubernetes").inc()
         return []
 
+    def _seen_newer(self, msg: dpb.PlaceWorkload) -> bool:
+        """Whether the last status read saw a newer attempt of this workload here (a place of attempt 1 is not
+        checked against the API server otherwise: nothing older than it can exist)."""
+        with self._lock:
+            return any(o.workload == msg.workload_id and o.attempt > msg.attempt for o in self._observed)
+
     def release(self, msg: dpb.ReleaseWorkload) -> list[bytes]:
-        deleted = self._delete_objects(msg.workload_id, up_to_attempt=msg.attempt)
+        deleted = self._delete([o for o in self._objects_of(msg.workload_id) if o[2] <= msg.attempt])
         self.released_total += 1
         with self._lock:
             for key in [k for k in self._reported if k[0] == msg.workload_id and k[1] <= msg.attempt]:

@@ -185,6 +185,11 @@ def test_batch_work_becomes_a_job_and_a_new_attempt_replaces_the_old_one(
         wait_for(lambda: scheduled(2), timeout=60)
         wait_for(lambda: {p.metadata.labels[ATTEMPT_LABEL] for p in live_pods(kube_api, kube_namespace, wid)}
                  == {"2"}, timeout=60)
+        # A re-published place of attempt 1 that arrives after attempt 2 (overtaken by the reroute) is stale:
+        # it neither removes attempt 2 nor brings attempt 1 back.
+        bus.publish(dispatch_stream(CLUSTER), place(wid, attempt=1, kind=dpb.WORKLOAD_KIND_BATCH, replicas=3))
+        pump(worker, bus)
+        assert [o["metadata"]["labels"][ATTEMPT_LABEL] for o in objects(kube_api, kube_namespace, wid)] == ["2"]
 
 
 def test_replicas_an_autoscaler_set_survive_a_repeated_dispatch(
