@@ -87,7 +87,7 @@ class TelemetryBatch:
         """The batch restricted to ``rows`` (int indices), labels re-keyed."""
         rows = np.asarray(rows, dtype=np.int64)
         position = {int(r): k for k, r in enumerate(rows)}
-        arrays = {name: getattr(self, name)[rows] for name in _ARRAY_FIELDS}
+        arrays = {name: getattr(self, name)[rows] for name in ARRAY_FIELDS}
         return TelemetryBatch(
             node=[self.node[r] for r in rows], gpu_model=[self.gpu_model[r] for r in rows],
             labels={position[r]: v for r, v in self.labels.items() if r in position},
@@ -96,7 +96,7 @@ class TelemetryBatch:
         )
 
 
-_ARRAY_FIELDS = ("sequence", "observed_s", "alloc_milli_cpu", "alloc_memory_bytes", "gpu_count", "req_milli_cpu",
+ARRAY_FIELDS = ("sequence", "observed_s", "alloc_milli_cpu", "alloc_memory_bytes", "gpu_count", "req_milli_cpu",
                  "req_memory_bytes", "used_milli_cpu", "used_memory_bytes", "power_watts", "energy_joules",
                  "carbon_g_per_kwh", "pue", "unschedulable", "gpu_reported", "gpu_free_milli", "gpu_devices_listed",
                  "carbon_known")
@@ -132,7 +132,7 @@ def _parse_each(entries: list[StreamEntry], rejected: list[Rejected]) -> tuple[l
     return kept, messages
 
 
-def _upb_batch(entries: list[StreamEntry], rejected: list[Rejected]) -> tuple[TelemetryBatch, list[str]]:
+def upb_batch(entries: list[StreamEntry], rejected: list[Rejected]) -> tuple[TelemetryBatch, list[str]]:
     """Decode with upb (the reference): for labels/taints, odd encodings and malformed payloads."""
     try:
         messages = list(map(_PARSE, map(_PAYLOAD_OF, entries)))
@@ -216,7 +216,7 @@ def _concat(a: TelemetryBatch, b: TelemetryBatch) -> TelemetryBatch:
     if not len(a):
         return b
     shift = len(a)
-    arrays = {name: np.concatenate([getattr(a, name), getattr(b, name)]) for name in _ARRAY_FIELDS}
+    arrays = {name: np.concatenate([getattr(a, name), getattr(b, name)]) for name in ARRAY_FIELDS}
     return TelemetryBatch(
         node=a.node + b.node, gpu_model=a.gpu_model + b.gpu_model, entries=a.entries + b.entries,
         labels={**a.labels, **{r + shift: v for r, v in b.labels.items()}},
@@ -242,13 +242,13 @@ def decode_reports(entries: Sequence[StreamEntry], *, cluster: str | None = None
     fast = np.flatnonzero(~wire.slow)
     batch, clusters = _wire_batch(wire, fast, [entries[r] for r in fast.tolist()] if wire.slow.any() else entries)
     if wire.slow.any():
-        slow_batch, slow_clusters = _upb_batch([entries[r] for r in np.flatnonzero(wire.slow).tolist()], rejected)
+        slow_batch, slow_clusters = upb_batch([entries[r] for r in np.flatnonzero(wire.slow).tolist()], rejected)
         batch, clusters = _concat(batch, slow_batch), clusters + slow_clusters
-    return _validate(batch, clusters, cluster, rejected), rejected
+    return validate_batch(batch, clusters, cluster, rejected), rejected
 
 
-def _validate(batch: TelemetryBatch, clusters: list[str], cluster: str | None,
-              rejected: list[Rejected]) -> TelemetryBatch:
+def validate_batch(batch: TelemetryBatch, clusters: list[str], cluster: str | None,
+                   rejected: list[Rejected]) -> TelemetryBatch:
     """Drop invalid rows into ``rejected``; the C-level min/set checks keep an all-valid batch cheap."""
     n = len(batch)
     node = batch.node

@@ -165,7 +165,7 @@ def quantile_features(filled: np.ndarray, forecast: SeasonalForecast, capacity_p
     return np.clip(np.nan_to_num(features, nan=1.0), -FEATURE_CLIP, FEATURE_CLIP), scale
 
 
-def _fit_pinball(x: np.ndarray, y: np.ndarray, taus: tuple[float, ...], *, steps: int, seed: int) -> np.ndarray:
+def fit_pinball(x: np.ndarray, y: np.ndarray, taus: tuple[float, ...], *, steps: int, seed: int) -> np.ndarray:
     """Weights ``(len(taus), k)`` minimising the mean pinball loss of ``x @ w`` for each τ (full batch).
 
     Columns are standardised for the optimiser (the pinball loss is flat in badly scaled directions) and
@@ -278,7 +278,7 @@ class QuantileForecaster:
                 last = h or PEAK_MINUTES
                 y = (filled[np.clip(t + h, 0, n - 1)] if h else ahead.max(axis=0)) / scale
                 rows = (t >= lo) & (t + last < fit_end) & observed & observed[np.clip(t + last, 0, n - 1)]
-                weights[i] = _fit_pinball(x[rows], np.minimum(y[rows], FEATURE_CLIP), self.taus, steps=self.steps,
+                weights[i] = fit_pinball(x[rows], np.minimum(y[rows], FEATURE_CLIP), self.taus, steps=self.steps,
                                           seed=self.seed)
         finally:
             torch.set_num_threads(threads)

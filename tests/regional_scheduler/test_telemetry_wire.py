@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 
 from meridian.bus import StreamEntry
 from meridian.fleet import SimulatedFleet
-from meridian.telemetry import _ARRAY_FIELDS, Rejected, TelemetryBatch, _upb_batch, _validate, decode_reports
+from meridian.telemetry import (
+    ARRAY_FIELDS,
+    Rejected,
+    TelemetryBatch,
+    decode_reports,
+    upb_batch,
+    validate_batch,
+)
 from meridian.telemetry_wire import decode_wire
 from protos import telemetry_pb2 as pb
 
@@ -78,8 +85,8 @@ def _same(a: object, b: object) -> bool:
 def test_decoder_agrees_with_upb(payloads: list[bytes]) -> None:
     entries = [StreamEntry(f"1-{i}", p) for i, p in enumerate(payloads)]
     reference_rejected: list[Rejected] = []
-    reference, clusters = _upb_batch(entries, reference_rejected)
-    reference = _validate(reference, clusters, "east", reference_rejected)
+    reference, clusters = upb_batch(entries, reference_rejected)
+    reference = validate_batch(reference, clusters, "east", reference_rejected)
     actual, rejected = decode_reports(entries, cluster="east", max_payload_bytes=1 << 20)
     assert sorted((r.entry.entry_id, r.reason_class) for r in rejected) == \
         sorted((r.entry.entry_id, r.reason_class) for r in reference_rejected)
@@ -89,7 +96,7 @@ def test_decoder_agrees_with_upb(payloads: list[bytes]) -> None:
         j = act_rows[entry_id]
         assert actual.node[j] == reference.node[i] and actual.gpu_model[j] == reference.gpu_model[i]
         assert actual.labels.get(j) == reference.labels.get(i)
-        for name in _ARRAY_FIELDS:
+        for name in ARRAY_FIELDS:
             a, b = getattr(actual, name)[j], getattr(reference, name)[i]
             assert np.array_equal(a, b, equal_nan=bool(np.issubdtype(np.asarray(a).dtype, np.floating))), name
 

@@ -1,6 +1,6 @@
 """The linear quantile fit gives the same weights wherever its inputs sit in memory.
 
-Session 2 found the held-back figures of the ``quantile`` policy moving between processes: LAPACK's
+The held-back figures of the ``quantile`` policy were once seen moving between processes: LAPACK's
 least-squares driver returned different starts for the same ill-conditioned design at other addresses,
 and the optimisation amplified it. This design (a near-constant column, collinear columns) reproduces it:
 the earlier fit gave a different answer for each memory layout below.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from regional_scheduler.autoscaling.quantile_forecaster import _fit_pinball
+from regional_scheduler.autoscaling.quantile_forecaster import fit_pinball
 
 
 def _design(n: int = 6000, k: int = 22) -> tuple[np.ndarray, np.ndarray]:
@@ -36,7 +36,7 @@ def test_fit_does_not_depend_on_memory_layout() -> None:
         buf = np.empty(x.size + 8)
         moved = buf[offset:offset + x.size].reshape(x.shape)
         moved[:] = x
-        fits.append(_fit_pinball(moved, y, (0.5, 0.9), steps=60, seed=0))
+        fits.append(fit_pinball(moved, y, (0.5, 0.9), steps=60, seed=0))
     for other in fits[1:]:
         np.testing.assert_array_equal(fits[0], other)
     assert np.all(np.isfinite(fits[0]))
