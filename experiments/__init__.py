@@ -7,7 +7,7 @@ the repository root, and may import any product package. It is not installed wit
 ``node_agent``, ``regional_scheduler``, ``global_scheduler``, ``gnn``, ``protos``) imports
 ``experiments`` (``tests/meridian/test_architecture.py``).
 
-- :mod:`experiments.rollout`: how much could lookahead over FGD gain? (``docs/bench-learned.md`` §0e)
+- :mod:`experiments.rollout`: how much could lookahead over FGD gain? (``docs/history/bench-learned-diary.md``)
 - :mod:`experiments.trajectory_probe`: how much of a run's GPU allocation is trajectory, not policy?
 - :mod:`experiments.validation`: which placement checkpoint is better, judged on training lists only?
 - :mod:`experiments.carbon_bound`: what is the least carbon any routing policy could emit on a window?

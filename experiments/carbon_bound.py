@@ -30,8 +30,8 @@ What the simulator accounts (``FederationSim.run``), and how the LP mirrors it
   counting a deadline miss, and fails it only then). ``late_starts=False`` ends at the deadline
   instead (for policies with no deadline miss). A deferrable workload whose failure hour would come
   after the run's end may be left unstarted without counting as a failure, so it may be dropped for free.
-* Clusters: those the router's filter (``gnn.features.feasible_mask``) can ever pass, whatever the
-  load: the region allowed by residency, ``RTT(origin, region) + service_ms < SLO`` for
+* Clusters: those the router's filter (``global_scheduler.routing.feasibility.feasible_mask``) can ever
+  pass, whatever the load: the region allowed by residency, ``RTT(origin, region) + service_ms < SLO`` for
   latency-sensitive work (the RTT at zero utilisation: the utilisation-dependent SLO ceilings are
   dropped, which only enlarges the feasible set), and, because ``FederationSim._place`` puts every
   replica on one node, clusters whose *empty* nodes can hold all the replicas. A workload with no
@@ -122,7 +122,7 @@ import typer
 from rich.table import Table
 from scipy.optimize import linprog
 
-from global_scheduler.cli import (  # the window options and their error handling, shared with `bench routing`
+from global_scheduler.cli_common import (  # the window options and their error handling, shared with `bench routing`
     CARBON_OPT,
     CLUSTERS_OPT,
     DAYS_OPT,
@@ -130,10 +130,10 @@ from global_scheduler.cli import (  # the window options and their error handlin
     SEED_OPT,
     START_OPT,
     TRACES_OPT,
-    _config_json,
-    _series_error,
-    _window,
+    config_json,
     console,
+    series_error,
+    window,
 )
 from global_scheduler.federation_sim import FederationSim
 
@@ -273,7 +273,7 @@ def slo_ceiling(sim: FederationSim) -> np.ndarray:
     The simulator flags a violation when ``rtt + service / max(1 − ρ, 0.01) > slo``. With ``a = slo − rtt``:
     if ``service / a ≤ 0.01`` the left side never exceeds ``rtt + a`` (the clamp), so there is no ceiling;
     otherwise there is no violation iff ``1 − ρ ≥ service / a``, i.e. ``ρ ≤ 1 − service / a``
-    (``gnn.features.crit_utilisation``; clipped at 0 where even an empty cluster is too far away).
+    (``meridian.routing_domain.crit_utilisation``; clipped at 0 where even an empty cluster is too far away).
     """
     cfg = sim.cfg
     ws = sim.workloads
@@ -575,7 +575,7 @@ def carbon_lower_bound(sim: FederationSim, *, max_drops: int = 0, late_starts: b
 
 # ---------------------------------------------------------------------------------------- the command
 # ``python -m experiments.carbon_bound`` (formerly ``meridian bench routing-bound``): the same federation
-# window options as ``meridian bench routing``, shared with it through global_scheduler.cli.
+# window options as ``meridian bench routing``, shared with it through global_scheduler.cli_common.
 app = typer.Typer(add_completion=False, help=__doc__.partition("\n")[0])
 
 
@@ -603,14 +603,14 @@ def main(
 ) -> None:
     """A lower bound (LP relaxation) on the carbon of ANY policy that runs every workload of the window
     (with --slo-ceilings: of any policy that also breaks no latency SLO)."""
-    cfg, traces_dir = _window(start=start, days=days, clusters=clusters, seed=seed, traces=traces,
+    cfg, traces_dir = window(start=start, days=days, clusters=clusters, seed=seed, traces=traces,
                               carbon=carbon, prices=prices)
     try:
         sim = FederationSim(cfg, traces_dir, carbon_dir=carbon, prices_file=prices)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     except KeyError as exc:
-        raise _series_error(exc) from None
+        raise series_error(exc) from None
     results = {}
     for max_drops in ((0, drops) if drops else (0,)):
         console.print(f"[bold]bound with up to {max_drops} dropped workloads[/bold]")
@@ -642,7 +642,7 @@ def main(
     console.print(regions)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps({"config": _config_json(cfg),
+        json_out.write_text(json.dumps({"config": config_json(cfg),
                                         "slo_ceilings": slo_ceilings, "late_starts": not no_late_starts,
                                         "bounds": {k: r.as_dict() for k, r in results.items()}},
                                        indent=2, default=str))

@@ -1,7 +1,9 @@
 """A rollout (lookahead) teacher over FGD: Bertsekas' one-step policy improvement, truncated.
 
 Question: how much GPU allocation could lookahead over FGD gain, with the future known (an upper
-bound) or sampled from the workload (what an online scheduler could do)? (``docs/bench-learned.md`` §0e)
+bound) or sampled from the workload (what an online scheduler could do)? The measurements:
+``docs/history/bench-learned-diary.md``, "a rollout (lookahead) teacher"; on ``default``:
+``docs/results-learned-placement.md``.
 
 At each decision the teacher takes FGD's best-scored feasible nodes, groups them by their free
 resources (tied nodes are mostly identical, and identical nodes give identical rollouts), and for
@@ -19,7 +21,7 @@ Rollouts run on the live state and are undone with ``release`` (exact inverse of
 FGD's per-node caches stay valid except on the few nodes a rollout touched — copying the state
 would invalidate the whole cache and cost a cold pass over all nodes per step.
 
-This is an experiment (``docs/bench-learned.md`` §0e), not a serving policy: a decision costs
+This is an experiment, not a serving policy: a decision costs
 ``k · samples · horizon`` FGD decisions.
 """
 
@@ -185,7 +187,7 @@ class RolloutPolicy:
             self._cursor += 1
 
 
-# ---------------------------------------------------------------------- the experiment (§0e)
+# ---------------------------------------------------------------------- the experiment
 def validation_episode(j: int, node_fraction: float = 0.3) -> tuple[list, list[Pod], list[Pod]]:
     """Validation run ``j`` (``validation.py``: training lists only, same augmentation seed) on a
     random ``node_fraction`` of the nodes, its arrivals cut where the arrived GPU request reaches

@@ -13,7 +13,7 @@ seed ``5000 + j`` (the benchmark uses 42–51). No held-out list (``default``, `
     MERIDIAN_LEARNED_CHECKPOINT=path.pt python -m experiments.validation fgd,learned out.json
     python -m experiments.validation fgd,learned out.json gpu 3   # 3 seed sets: 30 runs
 
-The *default-mix* split (``mix N`` instead of ``gpu N``, session 6): the session-5 split's lists are
+The *default-mix* split (``mix N`` instead of ``gpu N``): the ``gpu`` split's lists are
 CPU-heavier than ``default`` (up to 30 % CPU-only pods against 13 %), and on the held-out lists the
 policies ranked differently from it. Each run resamples the pooled training lists to ``default``'s
 pod *mix* — the share of CPU-only, shared-GPU, one-GPU and multi-GPU pods, counted once from the
@@ -28,9 +28,9 @@ j + 100 k, augmentation seeds 5,900,000 + j + 100 k, inflation seeds 9000 + j + 
     python -m experiments.validation fgd,learned out.json mix 3
 
 The CPU profile's split (``cpu`` as a third argument): seed-50x200 on seeds 3000–3299 (training uses
-1000+ — up to 1247 for v4 and up to 1159 for v5 (both session 3), and 1300–1499 for a scan — and
+1000+ — up to 1247 for v4 and up to 1159 for v5, and 1300–1499 for a scan — and
 1,001,000+ / 2,001,000+ / 3,001,000+; the benchmark 0–9); failure rate, Gini, CPU.
-Until session 3 it was seeds 3000–3029 only: there the committed profile failed 1.93 % of pods and
+Before v4 it was seeds 3000–3029 only: there the committed profile failed 1.93 % of pods and
 every fine-tuned variant 1.93–1.95 %, i.e. thirty 200-pod episodes could not tell them apart (one
 pod = 0.017 points of the mean). Each policy's line also gives the *hard* seeds, those whose 200 pods
 ask for ≥ 380 of the cluster's 400 CPUs (about half; chosen from the pods alone): ~90 % of the
@@ -74,8 +74,8 @@ def _policy(spec: str) -> str:
     return name
 
 
-# Seed set k shifts every run's augmentation and inflation seeds by k × SEED_SET_STRIDE. Session 5 used
-# three sets (30 runs): one run per list is too noisy to choose between variants a few tenths apart.
+# Seed set k shifts every run's augmentation and inflation seeds by k × SEED_SET_STRIDE. Three sets (30 runs)
+# are used to choose: one run per list is too noisy to tell apart variants a few tenths apart.
 SEED_SET_STRIDE = 1000
 
 
@@ -150,11 +150,11 @@ def spec_share(j: int, k: int) -> float:
 
 
 def spec_validation_runs(policies: list[str], seed_sets: int = 2) -> list[dict[str, Any]]:
-    """The *spec-like* split (session 8): run ``j`` of seed set ``k`` is ``LISTS[j]`` with
+    """The *spec-like* split: run ``j`` of seed set ``k`` is ``LISTS[j]`` with
     :func:`spec_share` of its GPU pods constrained like the ``gpuspec`` lists
     (:func:`~regional_scheduler.learned.augment.spec_like_pod_list`, seed ``6,000,000 + j + 100 k``);
     openb inflation seed ``11,000 + j + 100 k``. The synthetic constraints of the other splits did not
-    reproduce the learned policy's losses on ``gpuspec25``/``33`` (§0h); this split asks whether
+    reproduce the learned policy's losses on ``gpuspec25``/``33``; this split asks whether
     constraints shaped like theirs do. ``share`` in each row is the list's actual constrained share."""
     nodes = openb.load_nodes()
     rows = []

@@ -49,10 +49,11 @@ from typing import Any
 import numpy as np
 
 from global_scheduler.routing.base import DEFER, NO_CLUSTER, Router, RoutingPolicy
-from gnn.features import ClusterFeatures, WorkloadFeatures, crit_utilisation, latency_ms
-from meridian import grid_data, power_model
+from meridian import grid_data
+from meridian.power_model import NodePowerModel
 from meridian.regions import Region, bandwidth_gbps_for_km, haversine_km, rtt_ms_for_km
-from meridian.traces import missing_trace
+from meridian.routing_domain import ClusterFeatures, WorkloadFeatures, crit_utilisation, latency_ms
+from meridian.traces import missing_trace, openb
 
 GIB = 2**30
 
@@ -201,62 +202,6 @@ def load_dlrm(path: str) -> tuple[TraceWorkload, ...]:
     return tuple(workloads)
 
 
-@lru_cache(maxsize=2)
-def load_openb_nodes(path: str) -> np.ndarray:
-    """(n, 3) int64: milli-CPU, memory bytes, GPUs of each openb node."""
-    rows = []
-    with open(path, newline="") as fh:
-        for row in csv.DictReader(fh):
-            rows.append((int(row["cpu_milli"]), int(row["memory_mib"]) * 2**20, int(row["gpu"])))
-    return np.array(rows, dtype=np.int64)
-
-
-@lru_cache(maxsize=2)
-def load_openb_gpu_models(path: str) -> tuple[str, ...]:
-    """The GPU model of each openb node, in file order ('' for a node without GPUs)."""
-    with open(path, newline="") as fh:
-        return tuple((row["model"] or "") if int(row["gpu"]) else "" for row in csv.DictReader(fh))
-
-
-@dataclass(frozen=True)
-class NodePowerModel:
-    """:mod:`meridian.power_model`'s coefficients for a fixed set of nodes, looked up once.
-
-    ``watts(used)`` is vectorised over nodes: host power on Fan et al.'s curve at requested-CPU
-    utilisation, plus per-device board power with the node's ``used`` GPUs busy (utilisation 1) and the
-    rest idle (0); nodes with nothing on them draw 0 W when ``power_off_empty``.
-    """
-
-    alloc: np.ndarray  # (n, 3) milli-CPU, memory bytes, GPUs
-    host_idle_watts: np.ndarray  # (n,)
-    host_max_watts: np.ndarray  # (n,)
-    gpu_idle_watts: np.ndarray  # (n,) per device
-    gpu_max_watts: np.ndarray  # (n,) per device
-    gpu_exists: np.ndarray  # (n, slots) bool
-
-    @classmethod
-    def for_nodes(cls, alloc: np.ndarray, gpu_models: list[str] | tuple[str, ...]) -> NodePowerModel:
-        alloc = np.asarray(alloc, dtype=np.int64)
-        host_idle, host_max = power_model.host_coefficients(alloc[:, 0] / 1000.0)
-        gpu_idle, gpu_max = power_model.gpu_coefficients(list(gpu_models))
-        slots = max(int(alloc[:, 2].max(initial=0)), 1)
-        exists = np.arange(slots)[None, :] < alloc[:, 2][:, None]
-        return cls(alloc, host_idle, host_max, gpu_idle, gpu_max, exists)
-
-    def watts(self, used: np.ndarray, *, power_off_empty: bool = True) -> np.ndarray:
-        """(n,) watts per node for ``used`` (n, 3) requested milli-CPU, memory bytes, GPUs."""
-        n = len(self.alloc)
-        cpu_util = np.divide(used[:, 0], self.alloc[:, 0], out=np.zeros(n), where=self.alloc[:, 0] > 0)
-        host = power_model.host_power_watts(cpu_util, self.host_idle_watts, self.host_max_watts)
-        busy = np.arange(self.gpu_exists.shape[1])[None, :] < used[:, 2][:, None]
-        gpus = power_model.gpu_power_watts(busy.astype(np.float64), self.gpu_exists, self.gpu_idle_watts,
-                                           self.gpu_max_watts)
-        node_w = host + gpus
-        if power_off_empty:
-            node_w = np.where((used > 0).any(axis=1), node_w, 0.0)
-        return node_w
-
-
 # The files of the traces folder a federation reads (with carbon/ and prices/ unless given apart).
 DLRM_TRACE = "alibaba-dlrm-v2025/disaggregated_DLRM_trace.csv"
 NODE_LIST = "alibaba-gpu-v2023/openb_node_list_all_node.csv"
@@ -297,6 +242,26 @@ class _Pending:
     slo_ms: float
     allowed: np.ndarray | None
     weights: tuple[float, float, float, float]
+
+
+@dataclass
+class _RunTally:
+    """What one ``FederationSim.run`` counts as it goes: per tenant, the finished workloads (``total``) and
+    those without a violation or late start (``good``); per workload, whether its outcome is already bad."""
+
+    good: np.ndarray
+    total: np.ndarray
+    outcome_bad: dict[int, bool] = field(default_factory=dict)
+    failures: int = 0
+    deadline_misses: int = 0
+    slo_violations: int = 0
+    deferred_decisions: int = 0
+    decision_s: list[float] = field(default_factory=list)
+    energy: float = 0.0
+    carbon: float = 0.0
+    cost: float = 0.0
+    util_acc: float = 0.0
+    replica_hours: float = 0.0
 
 
 class FederationSim:
@@ -374,7 +339,8 @@ class FederationSim:
         cfg = self.cfg
         rng = np.random.default_rng(cfg.seed)
         node_list = str(traces_dir / NODE_LIST)
-        shapes = load_openb_nodes(node_list)
+        nodes = openb.load_node_shapes(node_list)
+        shapes = nodes.alloc
         # Peak concurrent CPU demand over the window → nodes needed at the target utilisation.
         events = []
         for p in self.workloads:
@@ -393,7 +359,7 @@ class FederationSim:
         self.cluster_names = [f"{self.regions[r].name}-{i // self.n_regions + 1}" for i, r in
                               enumerate(self.cluster_region)]
         picks = rng.integers(0, len(shapes), size=cfg.clusters * per_cluster)
-        models = np.array(load_openb_gpu_models(node_list))
+        models = np.array(nodes.gpu_model)
         self.set_nodes(shapes[picks].astype(np.int64), models[picks].tolist())
 
     def set_nodes(self, alloc: np.ndarray, gpu_models: list[str]) -> None:
@@ -498,18 +464,10 @@ class FederationSim:
         policy.reset()
         router = Router(policy)
         self._reset_state()
-        n_t = len(self.tenants)
-        good = np.zeros(n_t)
-        total = np.zeros(n_t)
-        outcome_bad: dict[int, bool] = {}
-        self.outcome_bad = outcome_bad  # read by training teachers: workload id → already violated/late
-        self.tenant_good, self.tenant_total = good, total
+        tally = _RunTally(good=np.zeros(len(self.tenants)), total=np.zeros(len(self.tenants)))
+        self.outcome_bad = tally.outcome_bad  # read by training teachers: workload id → already violated/late
+        self.tenant_good, self.tenant_total = tally.good, tally.total
         self.violation_log: list[tuple[int, int, int, float, float, float]] = []  # hour, id, cluster, ρ, ms, SLO
-        failures = deadline_misses = slo_violations = deferred_decisions = 0
-        decision_s: list[float] = []
-        energy = carbon = cost = 0.0
-        util_acc = 0.0
-        replica_hours = 0.0
         arrivals = sorted(self.workloads, key=lambda p: (p.arrival_h, p.w.arrival_h))
         queue: list[_Pending] = []
         ai = 0
@@ -519,129 +477,163 @@ class FederationSim:
         for hour in range(self.hours + cfg.drain_hours):
             self.hour = hour
             # 1. releases
-            still = []
-            for r in self.running:
-                if r["end_h"] <= hour:
-                    np.subtract.at(self.node_used, r["nodes"], r["need"])
-                    total[r["tenant"]] += 1
-                    good[r["tenant"]] += 0 if outcome_bad.get(r["id"], False) else 1
-                else:
-                    still.append(r)
-            self.running = still
+            self._release_finished(hour, tally)
             # 2. arrivals join the queue
             while ai < len(arrivals) and arrivals[ai].arrival_h <= hour:
                 queue.append(arrivals[ai])
                 pending_since[arrivals[ai].w.id] = hour
                 ai += 1
             # 3. route the queue in arrival order
-            next_queue: list[_Pending] = []
-            self.queue_len = np.zeros(cfg.clusters)
-            for p in queue:
-                t_idx = self.tenant_index[p.w.tenant]
-                sat = (good[t_idx] + 1) / (total[t_idx] + 1)
-                wf = self.workload_features(p, hour, sat)
-                if p.deferrable and hour >= p.deadline_h:
-                    wf.deferrable = False  # the deadline has come: start now or miss it
-                rejected: list[int] = []
-                choice, placed_nodes = NO_CLUSTER, None
-                # A cluster that cannot bind every replica rejects the workload; it is rerouted at once
-                # (failover) with that cluster excluded, up to ``max_reroutes`` times.
-                for _attempt in range(cfg.max_reroutes + 1):
-                    feats = self._features(hour)
-                    if rejected:
-                        feats.ready[rejected] = False
-                    decision = router.decide(lambda feats=feats: feats, wf)
-                    decision_s.append(decision.total_seconds - decision.stage_seconds.get("snapshot", 0.0))
-                    choice = decision.cluster
-                    if on_decision is not None:
-                        choice = on_decision(self, p, feats, wf, decision.feasible, choice)
-                    if choice < 0:
-                        break
-                    placed_nodes = self._place(choice, p)
-                    if placed_nodes is not None:
-                        break
-                    rejected.append(choice)
-                    choice = NO_CLUSTER
-                if placed_nodes is not None:
-                    start_late = p.deferrable and hour > p.deadline_h
-                    deadline_misses += int(start_late)
-                    end = hour + max(1, math.ceil(p.w.duration_h))
-                    self.running.append({"id": p.w.id, "cluster": choice, "nodes": placed_nodes,
-                                         "need": np.array([p.w.milli_cpu, p.w.memory_bytes, p.w.gpu]),
-                                         "end_h": end, "tenant": t_idx, "origin": p.origin, "slo": p.slo_ms,
-                                         "gpu": p.w.gpu})
-                    outcome_bad[p.w.id] = start_late
-                    continue
-                if choice == DEFER:
-                    deferred_decisions += 1
-                waited = hour - pending_since[p.w.id]
-                limit_passed = hour >= p.deadline_h + (cfg.max_pending_hours if p.deferrable else 0)
-                if (not p.deferrable and waited >= cfg.max_pending_hours) or (p.deferrable and limit_passed):
-                    failures += 1
-                    deadline_misses += int(p.deferrable)
-                    total[t_idx] += 1
-                    continue
-                next_queue.append(p)
-            queue = next_queue
+            queue = self._route_queue(queue, hour, router, on_decision, pending_since, tally)
             # 4. accounting and SLO check for this hour
-            used = self._cluster_used()
-            util = np.max(np.divide(used, self.c_alloc, out=np.zeros_like(used), where=self.c_alloc > 0), axis=1)
-            util_acc += float(util.mean())
-            replica_hours += float(sum(len(r["nodes"]) for r in self.running))
-            power = self._power()
-            reg = self.cluster_region
-            pue = np.array([self.regions[r].pue for r in reg])
-            e_kwh = power * pue / 1000.0
-            c_kg = e_kwh * self.carbon[reg, hour] / 1000.0
-            money = e_kwh / 1000.0 * self.price[reg, hour]
-            energy += float(e_kwh.sum())
-            carbon += float(c_kg.sum())
-            cost += float(money.sum())
-            if on_interval is not None:
-                start = self.window_start + timedelta(hours=hour)
-                # Tenants' shares of each cluster's energy by requested CPU (Kepler-style attribution).
-                shares: list[dict[str, float]] = [{} for _ in range(cfg.clusters)]
-                for r in self.running:
-                    c = r["cluster"]
-                    if used[c, 0] > 0:
-                        tenant = self.tenants[r["tenant"]]
-                        part = e_kwh[c] * len(r["nodes"]) * r["need"][0] / used[c, 0]
-                        shares[c][tenant] = shares[c].get(tenant, 0.0) + float(part)
-                on_interval([IntervalRecord(start, 3600.0, self.cluster_names[c], self.regions[reg[c]].name,
-                                            float(power[c]), float(e_kwh[c]), float(c_kg[c]), float(money[c]),
-                                            float(self.carbon[reg[c], hour]), float(self.price[reg[c], hour]),
-                                            shares[c])
-                             for c in range(cfg.clusters)])
-            self.viol_recent *= 0.5
+            util = self._account_hour(hour, on_interval, tally)
+            self._check_slos(hour, util, tally)
+        return self._result(policy, queue, tally)
+
+    def _release_finished(self, hour: int, tally: _RunTally) -> None:
+        """Free the nodes of the workloads that end by ``hour``; each counts for its tenant."""
+        still = []
+        for r in self.running:
+            if r["end_h"] <= hour:
+                np.subtract.at(self.node_used, r["nodes"], r["need"])
+                tally.total[r["tenant"]] += 1
+                tally.good[r["tenant"]] += 0 if tally.outcome_bad.get(r["id"], False) else 1
+            else:
+                still.append(r)
+        self.running = still
+
+    def _route_queue(self, queue: list[_Pending], hour: int, router: Router, on_decision: Callable[..., int] | None,
+                     pending_since: dict[int, int], tally: _RunTally) -> list[_Pending]:
+        """Route the queue in arrival order: start what is placed, fail what waited too long; the rest waits."""
+        cfg = self.cfg
+        next_queue: list[_Pending] = []
+        self.queue_len = np.zeros(cfg.clusters)
+        for p in queue:
+            t_idx = self.tenant_index[p.w.tenant]
+            choice, placed_nodes = self._route_one(p, hour, t_idx, router, on_decision, tally)
+            if placed_nodes is not None:
+                start_late = p.deferrable and hour > p.deadline_h
+                tally.deadline_misses += int(start_late)
+                end = hour + max(1, math.ceil(p.w.duration_h))
+                self.running.append({"id": p.w.id, "cluster": choice, "nodes": placed_nodes,
+                                     "need": np.array([p.w.milli_cpu, p.w.memory_bytes, p.w.gpu]),
+                                     "end_h": end, "tenant": t_idx, "origin": p.origin, "slo": p.slo_ms,
+                                     "gpu": p.w.gpu})
+                tally.outcome_bad[p.w.id] = start_late
+                continue
+            if choice == DEFER:
+                tally.deferred_decisions += 1
+            waited = hour - pending_since[p.w.id]
+            limit_passed = hour >= p.deadline_h + (cfg.max_pending_hours if p.deferrable else 0)
+            if (not p.deferrable and waited >= cfg.max_pending_hours) or (p.deferrable and limit_passed):
+                tally.failures += 1
+                tally.deadline_misses += int(p.deferrable)
+                tally.total[t_idx] += 1
+                continue
+            next_queue.append(p)
+        return next_queue
+
+    def _route_one(self, p: _Pending, hour: int, t_idx: int, router: Router, on_decision: Callable[..., int] | None,
+                   tally: _RunTally) -> tuple[int, np.ndarray | None]:
+        """One workload's decision and, when placed, its nodes. A cluster that cannot bind every replica
+        rejects the workload; it is rerouted at once (failover) with that cluster excluded, up to
+        ``max_reroutes`` times."""
+        sat = (tally.good[t_idx] + 1) / (tally.total[t_idx] + 1)
+        wf = self.workload_features(p, hour, sat)
+        if p.deferrable and hour >= p.deadline_h:
+            wf.deferrable = False  # the deadline has come: start now or miss it
+        rejected: list[int] = []
+        choice, placed_nodes = NO_CLUSTER, None
+        for _attempt in range(self.cfg.max_reroutes + 1):
+            feats = self._features(hour)
+            if rejected:
+                feats.ready[rejected] = False
+            decision = router.decide(lambda feats=feats: feats, wf)
+            tally.decision_s.append(decision.total_seconds - decision.stage_seconds.get("snapshot", 0.0))
+            choice = decision.cluster
+            if on_decision is not None:
+                choice = on_decision(self, p, feats, wf, decision.feasible, choice)
+            if choice < 0:
+                break
+            placed_nodes = self._place(choice, p)
+            if placed_nodes is not None:
+                break
+            rejected.append(choice)
+            choice = NO_CLUSTER
+        return choice, placed_nodes
+
+    def _account_hour(self, hour: int, on_interval: Callable[[list[IntervalRecord]], None] | None,
+                      tally: _RunTally) -> np.ndarray:
+        """The hour's utilisation, energy, carbon and cost (and its records to ``on_interval``); returns each
+        cluster's utilisation."""
+        cfg = self.cfg
+        used = self._cluster_used()
+        util = np.max(np.divide(used, self.c_alloc, out=np.zeros_like(used), where=self.c_alloc > 0), axis=1)
+        tally.util_acc += float(util.mean())
+        tally.replica_hours += float(sum(len(r["nodes"]) for r in self.running))
+        power = self._power()
+        reg = self.cluster_region
+        pue = np.array([self.regions[r].pue for r in reg])
+        e_kwh = power * pue / 1000.0
+        c_kg = e_kwh * self.carbon[reg, hour] / 1000.0
+        money = e_kwh / 1000.0 * self.price[reg, hour]
+        tally.energy += float(e_kwh.sum())
+        tally.carbon += float(c_kg.sum())
+        tally.cost += float(money.sum())
+        if on_interval is not None:
+            start = self.window_start + timedelta(hours=hour)
+            # Tenants' shares of each cluster's energy by requested CPU (Kepler-style attribution).
+            shares: list[dict[str, float]] = [{} for _ in range(cfg.clusters)]
             for r in self.running:
-                if r["slo"] <= 0 or outcome_bad.get(r["id"], False):
-                    continue
                 c = r["cluster"]
-                lat = self.rtt[r["origin"], reg[c]] + cfg.service_ms / max(1.0 - util[c], 0.01)
-                if lat > r["slo"]:
-                    self.violation_log.append((hour, r["id"], c, float(util[c]), float(lat), r["slo"]))
-                    outcome_bad[r["id"]] = True
-                    slo_violations += 1
-                    self.viol_recent[c] += 0.5 / max(1, self.per_cluster)
-        # Workloads still running or queued at the end count with their outcome so far.
+                if used[c, 0] > 0:
+                    tenant = self.tenants[r["tenant"]]
+                    part = e_kwh[c] * len(r["nodes"]) * r["need"][0] / used[c, 0]
+                    shares[c][tenant] = shares[c].get(tenant, 0.0) + float(part)
+            on_interval([IntervalRecord(start, 3600.0, self.cluster_names[c], self.regions[reg[c]].name,
+                                        float(power[c]), float(e_kwh[c]), float(c_kg[c]), float(money[c]),
+                                        float(self.carbon[reg[c], hour]), float(self.price[reg[c], hour]),
+                                        shares[c])
+                         for c in range(cfg.clusters)])
+        return util
+
+    def _check_slos(self, hour: int, util: np.ndarray, tally: _RunTally) -> None:
+        """Mark each running latency-sensitive workload whose latency this hour breaks its SLO (once)."""
+        reg = self.cluster_region
+        self.viol_recent *= 0.5
+        for r in self.running:
+            if r["slo"] <= 0 or tally.outcome_bad.get(r["id"], False):
+                continue
+            c = r["cluster"]
+            lat = self.rtt[r["origin"], reg[c]] + self.cfg.service_ms / max(1.0 - util[c], 0.01)
+            if lat > r["slo"]:
+                self.violation_log.append((hour, r["id"], c, float(util[c]), float(lat), r["slo"]))
+                tally.outcome_bad[r["id"]] = True
+                tally.slo_violations += 1
+                self.viol_recent[c] += 0.5 / max(1, self.per_cluster)
+
+    def _result(self, policy: RoutingPolicy, queue: list[_Pending], tally: _RunTally) -> RunResult:
+        """The run's figures; workloads still running or queued at the end count with their outcome so far."""
+        good, total = tally.good, tally.total
         for r in self.running:
             total[r["tenant"]] += 1
-            good[r["tenant"]] += 0 if outcome_bad.get(r["id"], False) else 1
+            good[r["tenant"]] += 0 if tally.outcome_bad.get(r["id"], False) else 1
         for p in queue:
             if not p.deferrable:
-                failures += 1
+                tally.failures += 1
                 total[self.tenant_index[p.w.tenant]] += 1
         ratio = np.divide(good, total, out=np.ones_like(good), where=total > 0)
         active = total > 0
         jain = float(ratio[active].sum() ** 2 / (active.sum() * (ratio[active] ** 2).sum())) if active.any() else 1.0
-        ms = np.array(decision_s) * 1000 if decision_s else np.zeros(1)
-        return RunResult(policy=policy.name, energy_kwh=energy, carbon_kg=carbon, cost=cost,
-                         slo_violations=slo_violations, failures=failures, deadline_misses=deadline_misses,
-                         jain_fairness=jain, decision_ms_p50=float(np.percentile(ms, 50)),
-                         decision_ms_p99=float(np.percentile(ms, 99)), workloads=len(self.workloads),
-                         placed=len(outcome_bad), deferred_decisions=deferred_decisions,
-                         mean_utilisation=util_acc / max(self.hours + cfg.drain_hours, 1),
-                         workload_hours=replica_hours)
+        ms = np.array(tally.decision_s) * 1000 if tally.decision_s else np.zeros(1)
+        return RunResult(policy=policy.name, energy_kwh=tally.energy, carbon_kg=tally.carbon, cost=tally.cost,
+                         slo_violations=tally.slo_violations, failures=tally.failures,
+                         deadline_misses=tally.deadline_misses, jain_fairness=jain,
+                         decision_ms_p50=float(np.percentile(ms, 50)), decision_ms_p99=float(np.percentile(ms, 99)),
+                         workloads=len(self.workloads), placed=len(tally.outcome_bad),
+                         deferred_decisions=tally.deferred_decisions,
+                         mean_utilisation=tally.util_acc / max(self.hours + self.cfg.drain_hours, 1),
+                         workload_hours=tally.replica_hours)
 
     def _power(self) -> np.ndarray:
         """IT watts per cluster now (:class:`NodePowerModel` summed over each cluster's nodes)."""

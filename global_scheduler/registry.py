@@ -30,8 +30,8 @@ A summary with ``carbon_unknown`` (no node reports a carbon source) is listed wi
 unknown (``Cluster.carbon_unknown``), is not recorded in the carbon history, and routes as the mean
 intensity of the clusters that know theirs, neither the cleanest grid (0) nor the dirtiest.
 
-:meth:`ClusterRegistry.features` gives the routing snapshot as :class:`gnn.features.ClusterFeatures`,
-vectorised over clusters.
+:meth:`ClusterRegistry.features` gives the routing snapshot as
+:class:`meridian.routing_domain.ClusterFeatures`, vectorised over clusters.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ import numpy as np
 
 from global_scheduler.carbon_history import HourlyCarbonHistory
 from global_scheduler.federation_config import FederationConfig, FederationConfigError, load_federation_config
-from gnn.features import ClusterFeatures
 from meridian import observability as obs
 from meridian.regions import Location, bandwidth_gbps_for_km, haversine_km, rtt_ms_for_km
+from meridian.routing_domain import ClusterFeatures
 from meridian.telemetry import MAX_NODE_MEMORY_BYTES, MAX_NODE_MILLI_CPU
 from protos import global_api_pb2 as api
 from protos import telemetry_pb2 as tpb

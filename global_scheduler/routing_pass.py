@@ -11,7 +11,7 @@ CPU work in Python (feature building, the filter, the GNN's refinement); in the 
 competes with the gRPC handler threads for the interpreter lock. In `meridian bench api` on a 2-core
 machine at 1,000 submits/s, routing in-process gave SubmitWorkload p99 180-227 ms and a router that
 fell 15-25 s behind over a minute; with routing held off during the load, the API alone answered at p99
-6-23 ms (docs/benchmarks.md, session 11). If the worker dies or a pass fails there, the engine routes
+6-23 ms (docs/history/benchmarks-diary.md). If the worker dies or a pass fails there, the engine routes
 that pass in its own process and starts a new worker for the next one; since a pass has no side
 effects, nothing is decided twice.
 """
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from global_scheduler.routing.base import Router, fallbacks_of
-from gnn.features import ClusterFeatures, WorkloadFeatures, crit_utilisation
+from meridian.routing_domain import ClusterFeatures, WorkloadFeatures, crit_utilisation
 
 
 @dataclass

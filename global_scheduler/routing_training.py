@@ -38,15 +38,16 @@ from global_scheduler.federation_sim import TRAIN_REGIONS, FederationConfig, Fed
 from global_scheduler.routing.base import DEFER, can_defer
 from global_scheduler.routing.gnn_routing import GnnRouting
 from gnn.buffers import DecisionBuffer, DecisionSample
-from gnn.features import (
+from gnn.policy import GnnRoutingNet
+from gnn.train import agreement, train_imitation
+from meridian.routing_domain import (
     ClusterFeatures,
     WorkloadFeatures,
     crit_utilisation,
     slo_ceiling_loss,
     utilisation_after,
 )
-from gnn.policy import GnnRoutingNet, set_random_seed
-from gnn.train import agreement, train_imitation
+from meridian.seeding import set_random_seed
 
 # Utilisation head-room the teacher keeps below the tightest SLO of a cluster (the trained policy's
 # shield keeps its own, SHIELD_MARGIN below). v1 kept 0.1 for arrivals still to come; but every later

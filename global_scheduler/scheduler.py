@@ -49,6 +49,7 @@ from global_scheduler.registry import ClusterRegistry, Fit, HoldingsView
 from global_scheduler.routing.base import DEFER, NO_CLUSTER, Router, RoutingPolicy
 from global_scheduler.routing.registry import get_policy
 from global_scheduler.routing_pass import (
+    PassDecision,
     PassItem,
     PassResult,
     RoutingWorker,
@@ -57,7 +58,6 @@ from global_scheduler.routing_pass import (
 )
 from global_scheduler.settings import GlobalSchedulerSettings
 from global_scheduler.store import ACTIVE_ON_CLUSTER, TERMINAL, Entry, WorkloadStore
-from gnn.features import ClusterFeatures, WorkloadFeatures
 from meridian import observability as obs
 from meridian.bus import (
     MOVES_STREAM,
@@ -69,6 +69,7 @@ from meridian.bus import (
     events_stream,
 )
 from meridian.bus.health import GroupGauges
+from meridian.routing_domain import ClusterFeatures, WorkloadFeatures
 from protos import dispatch_pb2 as dpb
 from protos import global_api_pb2 as api
 from protos import telemetry_pb2 as tpb
@@ -319,15 +320,43 @@ class GlobalScheduler:
         return decide_pass(self.router, names, feats, items)
 
     def route_batch(self, batch: list[str]) -> None:
+        """Route one batch in stages: gather its pending workloads, decide them in one pass, apply each
+        decision (dispatch, defer or no cluster), then make the attempts durable and publish them."""
         now = self.clock()
         names, regions, feats = self.registry.features(now)
         feats.tightest_slo_utilisation = self._slo_ceiling(names)
         if not names:
-            for wid in batch:
-                self.store.update(wid, message="waiting: no cluster has reported yet")
-                self._hold(wid, now + 1.0)
+            self._wait_for_clusters(batch, now)
             return
+        todo = self._pass_items(batch, regions, now)
+        result = self._run_pass(names, feats, [item for _, _, item in todo])
+        self.routed_by[result.pid] += len(result.decisions)
         outgoing: dict[str, list[tuple[str, int, bytes]]] = {}
+        for (wid, entry, item), decision in zip(todo, result.decisions, strict=True):
+            self.decision_seconds.append(decision.seconds)
+            self._latency.observe(decision.seconds)
+            if decision.cluster >= 0:
+                cluster = names[decision.cluster]
+                region = regions[feats.region_index[decision.cluster]]
+                place = self._dispatch(wid, entry, item, decision, cluster, region, now)
+                if place is not None:
+                    outgoing.setdefault(cluster, []).append(place)
+            elif decision.cluster == DEFER:
+                self._defer(wid, entry, now)
+            else:
+                assert decision.cluster == NO_CLUSTER
+                self._no_cluster(wid, entry, decision, now)
+        self._count_fallbacks(result)
+        self._make_durable_and_publish(outgoing)
+
+    def _wait_for_clusters(self, batch: list[str], now: float) -> None:
+        """No cluster has reported: every workload of the batch waits a second."""
+        for wid in batch:
+            self.store.update(wid, message="waiting: no cluster has reported yet")
+            self._hold(wid, now + 1.0)
+
+    def _pass_items(self, batch: list[str], regions: Sequence[str], now: float) -> list[tuple[str, Entry, PassItem]]:
+        """The batch's workloads still pending, each with what the pass needs of it."""
         todo = []
         for wid in batch:
             entry = self.store.entry(wid)
@@ -338,56 +367,64 @@ class GlobalScheduler:
             need = (float(n * r.milli_cpu), float(n * r.memory_bytes), n * r.gpu_fraction)
             todo.append((wid, entry, PassItem(self._workload_features(entry.workload, r, regions, now),
                                               frozenset(entry.excluded_clusters), need)))
-        result = self._run_pass(names, feats, [item for _, _, item in todo])
-        self.routed_by[result.pid] += len(result.decisions)
-        for (wid, entry, item), decision in zip(todo, result.decisions, strict=True):
-            w = entry.workload
-            self.decision_seconds.append(decision.seconds)
-            self._latency.observe(decision.seconds)
-            if decision.cluster >= 0:
-                c = decision.cluster
-                cluster = names[c]
-                attempt = w.attempt + 1
-                self.registry.reserve(cluster, *item.need)
-                if decision.slo_crit is not None:
-                    with self._slo_lock:
-                        self._slo_crit.setdefault(cluster, {})[wid] = decision.slo_crit
-                self._note_dispatch(wid, attempt, now)  # before the store says DISPATCHED: reconciliation reads both
-                updated = self.store.update(wid, expect_attempt=w.attempt, copy=False,
-                                            state=api.WORKLOAD_STATE_DISPATCHED,
-                                            cluster=cluster, region=regions[feats.region_index[c]], attempt=attempt,
-                                            message=f"dispatched to {cluster} (attempt {attempt})")
-                if updated is None:
-                    continue
-                outgoing.setdefault(cluster, []).append((wid, attempt, self._place_payload(cluster, entry, attempt,
-                                                                                           now)))
-            elif decision.cluster == DEFER:
-                until = min(now + self.settings.routing.defer_recheck_s, w.spec.deadline_unix_s)
-                self.store.update(wid, not_before_unix_s=until,
-                                  message=f"deferred for a cleaner hour; next look at {time.strftime('%H:%M:%S', time.gmtime(until))} UTC")
-                self._hold(wid, until)
-            else:
-                assert decision.cluster == NO_CLUSTER
-                # The rule SubmitWorkload applies too (registry.fit_outlook): FAILED only when no reporting
-                # cluster can hold it and no region it allows may still gain one that could.
-                outlook = self.registry.fit_outlook(replicas=w.spec.replicas, milli_cpu=entry.requests.milli_cpu,
-                                                    memory_bytes=entry.requests.memory_bytes,
-                                                    gpu=entry.requests.gpu_fraction,
-                                                    allowed_regions=set(w.spec.allowed_regions) or None)
-                reason = max(decision.diagnosis, key=decision.diagnosis.get) if decision.diagnosis else "no cluster"
-                obs.PLACEMENT_FAILURES.labels(component="global", cluster="", reason=reason).inc()
-                if outlook.fit is Fit.NEVER:
-                    self.store.update(wid, state=api.WORKLOAD_STATE_FAILED,
-                                      message=f"no allowed cluster can ever fit it: {outlook.reason} ({decision.explain})")
-                else:
-                    why = decision.explain if outlook.fit is Fit.NOW else f"{outlook.reason} ({decision.explain})"
-                    self.store.update(wid, message="waiting: " + why)
-                    self._hold(wid, now + 2.0)
+        return todo
+
+    def _dispatch(self, wid: str, entry: Entry, item: PassItem, decision: PassDecision, cluster: str, region: str,
+                  now: float) -> tuple[str, int, bytes] | None:
+        """Reserve the workload's room on ``cluster`` and record the new attempt in the store (not yet
+        durable); the place to publish, or None when the workload changed meanwhile."""
+        w = entry.workload
+        attempt = w.attempt + 1
+        self.registry.reserve(cluster, *item.need)
+        if decision.slo_crit is not None:
+            with self._slo_lock:
+                self._slo_crit.setdefault(cluster, {})[wid] = decision.slo_crit
+        self._note_dispatch(wid, attempt, now)  # before the store says DISPATCHED: reconciliation reads both
+        updated = self.store.update(wid, expect_attempt=w.attempt, copy=False,
+                                    state=api.WORKLOAD_STATE_DISPATCHED,
+                                    cluster=cluster, region=region, attempt=attempt,
+                                    message=f"dispatched to {cluster} (attempt {attempt})")
+        if updated is None:
+            return None
+        return wid, attempt, self._place_payload(cluster, entry, attempt, now)
+
+    def _defer(self, wid: str, entry: Entry, now: float) -> None:
+        """Hold a deferrable workload for a cleaner hour, never past its deadline."""
+        until = min(now + self.settings.routing.defer_recheck_s, entry.workload.spec.deadline_unix_s)
+        self.store.update(wid, not_before_unix_s=until,
+                          message=f"deferred for a cleaner hour; next look at {time.strftime('%H:%M:%S', time.gmtime(until))} UTC")
+        self._hold(wid, until)
+
+    def _no_cluster(self, wid: str, entry: Entry, decision: PassDecision, now: float) -> None:
+        """No cluster takes the workload now: it fails if none ever can, else it waits and is routed again."""
+        w = entry.workload
+        # The rule SubmitWorkload applies too (registry.fit_outlook): FAILED only when no reporting
+        # cluster can hold it and no region it allows may still gain one that could.
+        outlook = self.registry.fit_outlook(replicas=w.spec.replicas, milli_cpu=entry.requests.milli_cpu,
+                                            memory_bytes=entry.requests.memory_bytes,
+                                            gpu=entry.requests.gpu_fraction,
+                                            allowed_regions=set(w.spec.allowed_regions) or None)
+        reason = max(decision.diagnosis, key=decision.diagnosis.get) if decision.diagnosis else "no cluster"
+        obs.PLACEMENT_FAILURES.labels(component="global", cluster="", reason=reason).inc()
+        if outlook.fit is Fit.NEVER:
+            self.store.update(wid, state=api.WORKLOAD_STATE_FAILED,
+                              message=f"no allowed cluster can ever fit it: {outlook.reason} ({decision.explain})")
+        else:
+            why = decision.explain if outlook.fit is Fit.NOW else f"{outlook.reason} ({decision.explain})"
+            self.store.update(wid, message="waiting: " + why)
+            self._hold(wid, now + 2.0)
+
+    def _count_fallbacks(self, result: PassResult) -> None:
+        """Count the model failures of the deciding process since its last pass."""
         seen = self._fallbacks_seen.get(result.pid, 0)
         if result.fallbacks > seen:
             obs.POLICY_FALLBACKS.labels(component="global", policy=self.policy_name, reason="model unavailable").inc(
                 result.fallbacks - seen)
             self._fallbacks_seen[result.pid] = result.fallbacks
+
+    def _make_durable_and_publish(self, outgoing: dict[str, list[tuple[str, int, bytes]]]) -> None:
+        """Make the batch's attempts durable, then publish them per cluster; if they cannot be made durable,
+        roll them back and route them again (nothing was published)."""
         if outgoing:
             # The attempts are durable before any cluster hears of them (a restart never dispatches twice).
             try:

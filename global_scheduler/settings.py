@@ -51,7 +51,7 @@ class ApiSettings(BaseModel):
         0.5, gt=0, le=100, description="Python's thread switch interval (sys.setswitchinterval) set when the API "
         "starts; None leaves the interpreter's 5 ms. Routed in-process (routing.worker_process off), the router thread "
         "routes batches in Python while handler threads wait for the GIL, so at 5 ms a call can wait several intervals: at 1,000 calls/s on 2 cores the "
-        "SubmitWorkload p99 was ~110 ms with 5 ms and ~20 ms with 0.5 ms (docs/benchmarks.md). Process-wide.")
+        "SubmitWorkload p99 was ~110 ms with 5 ms and ~20 ms with 0.5 ms (docs/results-api.md). Process-wide.")
 
     @property
     def watch_limit(self) -> int:
@@ -146,12 +146,12 @@ class RoutingSettings(BaseModel):
     worker_process: bool = Field(True, description="Route in a child process (global_scheduler.routing_pass) "
                                  "instead of a thread of the API's process, so routing and the gRPC handlers do "
                                  "not share one interpreter lock: at 1,000 submits/s on 2 cores, SubmitWorkload p99 "
-                                 "21-26 ms this way and 1.3 s in-process (docs/benchmarks.md, session 11). Costs one "
+                                 "21-26 ms this way and 1.3 s in-process (docs/results-api.md). Costs one "
                                  "process (~0.3 GB with torch) and seconds of start-up; off suits small tests.")
     worker_nice: int = Field(10, ge=0, le=19, description="Niceness added to the routing worker: where cores are "
                              "scarce the kernel runs the API's threads first and routing, which can wait, after "
                              "(bench api, 2 cores, a minute at 1,000/s: SubmitWorkload p99 39.5 / 51.4 ms at "
-                             "+10 against 61.1 / 57.9 ms at 0; docs/benchmarks.md).")
+                             "+10 against 61.1 / 57.9 ms at 0; docs/history/benchmarks-diary.md).")
     worker_timeout_s: float = Field(30.0, gt=0, description="A pass the routing worker has not answered in this "
                                     "long is routed in the API's process and the worker is replaced (s).")
     defer_recheck_s: float = Field(300.0, gt=0, description="A deferred workload is routed again after this "

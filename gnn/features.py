@@ -1,7 +1,7 @@
-"""What the routing GNN sees: per-cluster features, per-workload features and the link features.
+"""What the routing GNN sees: routing's domain (:mod:`meridian.routing_domain`) encoded as per-cluster
+features, per-workload features and the link features.
 
-The global scheduler (live, from the cluster registry) and the federation simulator fill the same
-:class:`ClusterFeatures` and :class:`WorkloadFeatures`, so a model trained in simulation runs
+The domain types are the core's, so a model trained on the federation simulator's snapshots runs
 unchanged against live summaries. Everything is a float32 numpy array over clusters; the tensors
 are built with one ``torch.from_numpy`` per block (no Python loop over clusters).
 
@@ -10,9 +10,17 @@ Normalisation constants are part of the contract (a checkpoint records ``FEATURE
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
+
+from meridian.routing_domain import (
+    ClusterFeatures,
+    WorkloadFeatures,
+    available_replicas,
+    latency_ms,
+    safe_div,
+    slo_ceiling_loss,
+    utilisation_after,
+)
 
 FEATURE_VERSION = 3  # 3: + slo_ceiling_loss
 
@@ -37,124 +45,6 @@ WORKLOAD_FEATURES = (
 EDGE_FEATURES = ("rtt", "bandwidth")
 
 
-@dataclass
-class ClusterFeatures:
-    """State of every cluster at one decision, raw units (normalised by :func:`cluster_matrix`)."""
-
-    region_index: np.ndarray  # int64 (n,)
-    alloc_milli_cpu: np.ndarray  # float (n,)
-    alloc_memory_bytes: np.ndarray
-    alloc_gpu: np.ndarray
-    free_milli_cpu: np.ndarray
-    free_memory_bytes: np.ndarray
-    free_gpu: np.ndarray
-    max_node_free_milli_cpu: np.ndarray
-    max_node_free_memory_bytes: np.ndarray
-    fragmentation: np.ndarray  # 0..1
-    carbon_now: np.ndarray  # gCO2/kWh
-    carbon_forecast: np.ndarray  # gCO2/kWh, mean of the next hours' forecast
-    carbon_forecast_hourly: np.ndarray  # (n, H) forecast for the next H hours (H >= 1)
-    price_per_mwh: np.ndarray
-    pue: np.ndarray
-    queue_length: np.ndarray
-    slo_violation_rate: np.ndarray  # 0..1, recent
-    ready: np.ndarray  # bool
-    rtt_ms: np.ndarray  # (n_regions, n_regions)
-    bandwidth_gbps: np.ndarray  # (n_regions, n_regions)
-    service_ms: float = 5.0  # per-request service time used by the M/M/1 latency estimate
-    # Per cluster, the utilisation at which the tightest latency SLO among the workloads already running
-    # there would break (M/M/1 at its round trip); 1 = no latency-sensitive work there. Known to the
-    # global tier from what it dispatched, so it is decision-time information.
-    tightest_slo_utilisation: np.ndarray | None = None
-
-    def slo_ceiling(self) -> np.ndarray:
-        return np.ones(self.n) if self.tightest_slo_utilisation is None else self.tightest_slo_utilisation
-
-    @property
-    def n(self) -> int:
-        return int(self.region_index.shape[0])
-
-
-@dataclass
-class WorkloadFeatures:
-    replicas: int
-    milli_cpu: float
-    memory_bytes: float
-    gpu: float  # whole GPUs per replica (a share counts as its fraction)
-    origin_region: int  # -1 = none
-    latency_slo_ms: float  # 0 = none
-    allowed_regions: np.ndarray | None  # bool (n_regions,), None = all
-    deferrable: bool
-    deadline_hours: float  # hours left until the latest start (0 if not deferrable)
-    weights: tuple[float, float, float, float]  # perf, cost, energy, fairness
-    tenant_satisfaction: float = 1.0  # share of the tenant's workloads served well so far
-    expected_duration_h: float = 1.0
-
-
-def _safe_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a / b, and 0 where b ≤ 0 (one division, no temporary 'out' array)."""
-    return np.asarray(a, dtype=np.float64) / np.where(b > 0, b, np.inf)
-
-
-def available_replicas(c: ClusterFeatures, w: WorkloadFeatures) -> np.ndarray:
-    """How many replicas of ``w`` each cluster can still take (Karmada's estimator, aggregate form)."""
-    big = np.full(c.n, 1e9)
-    by_cpu = np.floor(_safe_div(c.free_milli_cpu, np.full(c.n, w.milli_cpu))) if w.milli_cpu > 0 else big
-    by_mem = np.floor(_safe_div(c.free_memory_bytes, np.full(c.n, w.memory_bytes))) if w.memory_bytes > 0 else big
-    by_gpu = np.floor(_safe_div(c.free_gpu + 1e-9, np.full(c.n, w.gpu))) if w.gpu > 0 else big
-    fits_one = (c.max_node_free_milli_cpu >= w.milli_cpu) & (c.max_node_free_memory_bytes >= w.memory_bytes)
-    return np.where(fits_one & c.ready, np.minimum(np.minimum(by_cpu, by_mem), by_gpu), 0.0)
-
-
-def utilisation_after(c: ClusterFeatures, w: WorkloadFeatures) -> np.ndarray:
-    """Dominant-resource utilisation of each cluster if the workload went there."""
-    add = float(w.replicas)
-    cpu = 1 - _safe_div(c.free_milli_cpu - add * w.milli_cpu, c.alloc_milli_cpu)
-    mem = 1 - _safe_div(c.free_memory_bytes - add * w.memory_bytes, c.alloc_memory_bytes)
-    gpu = np.where(c.alloc_gpu > 0, 1 - _safe_div(c.free_gpu - add * w.gpu, c.alloc_gpu), 0.0)
-    return np.clip(np.maximum(np.maximum(cpu, mem), gpu), 0.0, 1.0)
-
-
-def latency_ms(c: ClusterFeatures, w: WorkloadFeatures, utilisation: np.ndarray) -> np.ndarray:
-    """Round trip from the workload's origin plus an M/M/1 response time at that utilisation."""
-    rtt = c.rtt_ms[w.origin_region, c.region_index] if w.origin_region >= 0 else np.zeros(c.n)
-    return rtt + c.service_ms / np.maximum(1.0 - utilisation, 0.01)
-
-
-def crit_utilisation(rtt_ms: np.ndarray, slo_ms: np.ndarray, service_ms: float) -> np.ndarray:
-    """Utilisation above which ``rtt + service / (1 − ρ)`` exceeds the SLO (M/M/1)."""
-    return 1.0 - service_ms / np.maximum(slo_ms - rtt_ms, 1e-3)
-
-
-def slo_excess(c: ClusterFeatures, w: WorkloadFeatures, margin: float) -> np.ndarray:
-    """Utilisation by which placing ``w`` (plus ``margin``) would exceed the lowest SLO ceiling on each
-    cluster — its own or a running workload's; ≤ 0 where every SLO keeps ``margin`` to spare."""
-    limit = c.slo_ceiling()
-    if w.latency_slo_ms > 0 and w.origin_region >= 0:
-        own = crit_utilisation(c.rtt_ms[w.origin_region, c.region_index], np.full(c.n, w.latency_slo_ms), c.service_ms)
-        limit = np.minimum(limit, own)
-    return utilisation_after(c, w) + margin - limit
-
-
-def slo_safe(c: ClusterFeatures, w: WorkloadFeatures, margin: float) -> np.ndarray:
-    """Clusters where placing ``w`` keeps its own and every running workload's SLO with ``margin`` to spare."""
-    return slo_excess(c, w, margin) <= 0
-
-
-def slo_ceiling_loss(c: ClusterFeatures, w: WorkloadFeatures) -> np.ndarray:
-    """Share of each cluster's capacity a latency-sensitive workload would take away from everyone by
-    lowering the cluster's SLO ceiling to its own critical utilisation (0 for work without an SLO).
-
-    A 40 ms workload from a nearby origin caps a cluster at ~0.8: the last fifth of a clean cluster can
-    then no longer take batch work either, which then runs on a dirtier grid.
-    """
-    if w.latency_slo_ms <= 0 or w.origin_region < 0:
-        return np.zeros(c.n)
-    own = crit_utilisation(c.rtt_ms[w.origin_region, c.region_index], np.full(c.n, w.latency_slo_ms), c.service_ms)
-    ceiling = c.slo_ceiling()
-    return np.clip(ceiling - np.minimum(ceiling, own), 0.0, 1.0)
-
-
 def carbon_min_until_deadline(c: ClusterFeatures, w: WorkloadFeatures) -> np.ndarray:
     if not w.deferrable:
         return c.carbon_now
@@ -172,9 +62,9 @@ def cluster_matrix(c: ClusterFeatures, w: WorkloadFeatures) -> np.ndarray:
     lo, hi = float(c.carbon_now.min()), float(c.carbon_now.max())
     total_cpu = float(c.alloc_milli_cpu.sum()) or 1.0
     cols = [
-        _safe_div(c.free_milli_cpu, c.alloc_milli_cpu),
-        _safe_div(c.free_memory_bytes, c.alloc_memory_bytes),
-        _safe_div(c.free_gpu, c.alloc_gpu),
+        safe_div(c.free_milli_cpu, c.alloc_milli_cpu),
+        safe_div(c.free_memory_bytes, c.alloc_memory_bytes),
+        safe_div(c.free_gpu, c.alloc_gpu),
         util_after,
         c.fragmentation,
         c.carbon_now / CARBON_SCALE_G_PER_KWH,
@@ -208,10 +98,10 @@ def cluster_matrix_batch(c: ClusterFeatures, ws: list[WorkloadFeatures]) -> np.n
     slo = np.where(slo_raw > 0, slo_raw, 1e4)
     rtt = np.where((origin >= 0)[:, None], c.rtt_ms[np.maximum(origin, 0)][:, c.region_index], 0.0)
     # utilisation after (B, n)
-    u_cpu = 1 - _safe_div(c.free_milli_cpu[None, :] - reps * cpu, np.broadcast_to(c.alloc_milli_cpu, (b, n)))
-    u_mem = 1 - _safe_div(c.free_memory_bytes[None, :] - reps * mem, np.broadcast_to(c.alloc_memory_bytes, (b, n)))
+    u_cpu = 1 - safe_div(c.free_milli_cpu[None, :] - reps * cpu, np.broadcast_to(c.alloc_milli_cpu, (b, n)))
+    u_mem = 1 - safe_div(c.free_memory_bytes[None, :] - reps * mem, np.broadcast_to(c.alloc_memory_bytes, (b, n)))
     u_gpu = np.where(c.alloc_gpu[None, :] > 0,
-                     1 - _safe_div(c.free_gpu[None, :] - reps * gpu, np.broadcast_to(c.alloc_gpu, (b, n))), 0.0)
+                     1 - safe_div(c.free_gpu[None, :] - reps * gpu, np.broadcast_to(c.alloc_gpu, (b, n))), 0.0)
     util_after = np.clip(np.maximum(np.maximum(u_cpu, u_mem), u_gpu), 0.0, 1.0)
     # available replicas (B, n)
     big = 1e9
@@ -233,9 +123,9 @@ def cluster_matrix_batch(c: ClusterFeatures, ws: list[WorkloadFeatures]) -> np.n
     total_cpu = float(c.alloc_milli_cpu.sum()) or 1.0
     per_cluster = lambda v: np.broadcast_to(np.asarray(v, dtype=np.float64), (b, n))  # noqa: E731
     cols = [
-        per_cluster(_safe_div(c.free_milli_cpu, c.alloc_milli_cpu)),
-        per_cluster(_safe_div(c.free_memory_bytes, c.alloc_memory_bytes)),
-        per_cluster(_safe_div(c.free_gpu, c.alloc_gpu)),
+        per_cluster(safe_div(c.free_milli_cpu, c.alloc_milli_cpu)),
+        per_cluster(safe_div(c.free_memory_bytes, c.alloc_memory_bytes)),
+        per_cluster(safe_div(c.free_gpu, c.alloc_gpu)),
         util_after,
         per_cluster(c.fragmentation),
         per_cluster(c.carbon_now / CARBON_SCALE_G_PER_KWH),
@@ -272,29 +162,3 @@ def workload_vector(c: ClusterFeatures, w: WorkloadFeatures) -> np.ndarray:
         w.tenant_satisfaction,
         np.log1p(w.expected_duration_h) / 5,
     ], dtype=np.float32)
-
-
-def feasible_mask(c: ClusterFeatures, w: WorkloadFeatures) -> tuple[np.ndarray, dict[str, int]]:
-    """Hard constraints: ready, allowed region, room for every replica, RTT within the SLO.
-
-    Returns the mask and a diagnosis: for each failed constraint, on how many clusters it failed.
-    """
-    reasons: dict[str, int] = {}
-    mask = c.ready.copy()
-    if (~c.ready).any():
-        reasons["cluster not ready"] = int((~c.ready).sum())
-    if w.allowed_regions is not None:
-        ok = w.allowed_regions[c.region_index]
-        if (mask & ~ok).any():
-            reasons["region not allowed (data residency)"] = int((mask & ~ok).sum())
-        mask &= ok
-    if w.origin_region >= 0 and w.latency_slo_ms > 0:
-        ok = c.rtt_ms[w.origin_region, c.region_index] + c.service_ms < w.latency_slo_ms
-        if (mask & ~ok).any():
-            reasons["round trip from origin exceeds the latency SLO"] = int((mask & ~ok).sum())
-        mask &= ok
-    ok = available_replicas(c, w) >= w.replicas
-    if (mask & ~ok).any():
-        reasons["insufficient free capacity for all replicas"] = int((mask & ~ok).sum())
-    mask &= ok
-    return mask, reasons

@@ -15,14 +15,8 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from gnn.features import (
-    BANDWIDTH_SCALE_GBPS,
-    RTT_SCALE_MS,
-    ClusterFeatures,
-    WorkloadFeatures,
-    cluster_matrix,
-    workload_vector,
-)
+from gnn.features import BANDWIDTH_SCALE_GBPS, RTT_SCALE_MS, cluster_matrix, workload_vector
+from meridian.routing_domain import ClusterFeatures, WorkloadFeatures
 
 DEFAULT_NEIGHBOURS = 8
 

@@ -19,8 +19,6 @@ from gnn.features import (
     EDGE_FEATURES,
     FEATURE_VERSION,
     WORKLOAD_FEATURES,
-    ClusterFeatures,
-    WorkloadFeatures,
     cluster_matrix,
     cluster_matrix_batch,
     workload_vector,
@@ -28,6 +26,7 @@ from gnn.features import (
 from gnn.gatv2_router import GATv2Router
 from gnn.graph import DEFAULT_NEIGHBOURS, GraphBuilder
 from gnn.numpy_router import NumpyGATv2Router
+from meridian.routing_domain import ClusterFeatures, WorkloadFeatures
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "router.pt"
 
@@ -134,12 +133,3 @@ class GnnRoutingNet:
         model.load_state_dict(blob["state_dict"])
         model.eval()
         return cls(model, neighbours=int(blob["neighbours"]), meta=json.loads(blob["meta_json"]))
-
-
-def set_random_seed(seed: int) -> None:
-    """One seed for ``random``, numpy and torch (the simulator takes the same seed)."""
-    import random
-
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)

@@ -182,18 +182,6 @@ class ClusterState:
         """The largest free share on any single device of each node."""
         return self.gpu_free_milli.max(axis=1) if self.n_nodes else np.zeros(0, dtype=np.int64)
 
-    def resource_fit_mask(self, pod: Pod) -> np.ndarray:
-        """Nodes with room for the pod's CPU, memory and GPU request (no label/taint checks)."""
-        r = pod.requests
-        fit = (self.free_milli_cpu >= r.milli_cpu) & (self.free_memory_bytes >= r.memory_bytes) & self.schedulable
-        if r.gpu:
-            fit &= self.gpu_full_free >= r.gpu
-        elif r.gpu_milli:
-            fit &= self.gpu_max_free_milli >= r.gpu_milli
-        if pod.scalar_requests:
-            fit &= self.scalar_fit_mask(pod)
-        return fit
-
     def scalar_columns(self, pod: Pod) -> tuple[np.ndarray, np.ndarray] | None:
         """The state's columns of the pod's scalar requests and the amounts, or None when the pod asks
         for a scalar resource no node has (so no node can hold it)."""

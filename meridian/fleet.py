@@ -19,7 +19,6 @@ constraint group and defeat the grouping of :class:`~meridian.cluster_state.Clus
 
 from __future__ import annotations
 
-import csv
 import time
 import uuid
 from pathlib import Path
@@ -28,8 +27,9 @@ import numpy as np
 
 from meridian.carbon_feed import CarbonFeed
 from meridian.cluster_state import MAX_GPUS
-from meridian.model import GIB, MIB, MILLI_GPU_PER_DEVICE
-from meridian.power_model import gpu_coefficients, gpu_power_watts, host_coefficients, host_power_watts
+from meridian.model import GIB, MILLI_GPU_PER_DEVICE
+from meridian.power_model import NodePowerModel
+from meridian.traces.openb import load_node_shapes
 from protos import telemetry_pb2 as pb
 
 # (milli CPU, memory bytes, GPUs, GPU model, weight) of the synthetic mix.
@@ -41,18 +41,6 @@ SYNTHETIC_SHAPES = (
 #: Kubelet's default reservations, roughly: 5 % of CPU and 2 GiB of memory are not allocatable.
 SYSTEM_RESERVED_CPU_FRACTION = 0.05
 SYSTEM_RESERVED_MEMORY_BYTES = 2 * GIB
-
-
-def read_node_shapes(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
-    """(milli CPU, memory bytes, GPU count, GPU model) per row of an openb node list."""
-    cpu, mem, gpus, models = [], [], [], []
-    with Path(path).open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            cpu.append(int(row["cpu_milli"]))
-            mem.append(int(row["memory_mib"]) * MIB)
-            gpus.append(int(row["gpu"]))
-            models.append(row.get("model", "") or "")
-    return np.array(cpu, dtype=np.int64), np.array(mem, dtype=np.int64), np.array(gpus, dtype=np.int64), models
 
 
 class SimulatedFleet:
@@ -67,7 +55,8 @@ class SimulatedFleet:
         self.boot_id = uuid.uuid4().hex[:12]
         rng = self._rng = np.random.default_rng(seed)
         if node_list is not None:
-            cpu, mem, gpus, models = read_node_shapes(node_list)
+            shapes = load_node_shapes(node_list)
+            cpu, mem, gpus, models = shapes.milli_cpu, shapes.memory_bytes, shapes.gpus, list(shapes.gpu_model)
             pick = rng.integers(0, len(cpu), n_nodes)
         else:
             cpu = np.array([s[0] for s in SYNTHETIC_SHAPES], dtype=np.int64)
@@ -89,8 +78,9 @@ class SimulatedFleet:
         self.gpu_exists = np.arange(MAX_GPUS)[None, :] < self.gpu_count[:, None]
         self.gpu_utilisation = np.where(self.gpu_exists, rng.uniform(0.0, 1.0, (n_nodes, MAX_GPUS)), 0.0)
         self.gpu_free_milli = np.where(self.gpu_exists, rng.choice([0, 250, 500, 1000], (n_nodes, MAX_GPUS)), 0)
-        self.idle_watts, self.max_watts = host_coefficients(self.capacity_milli_cpu / 1000)
-        self.gpu_idle_watts, self.gpu_max_watts = gpu_coefficients(self.gpu_model)
+        self.node_power = NodePowerModel.for_nodes(
+            np.column_stack([self.capacity_milli_cpu, self.capacity_memory_bytes, self.gpu_count]), self.gpu_model,
+            gpu_exists=self.gpu_exists)
         # Sequences start at unix_ms × 1000 so they keep increasing across restarts (one report per
         # node per millisecond at most), as real agents do.
         first_seq = int(time.time() * 1000) * 1000 if start_sequence is None else start_sequence
@@ -104,8 +94,7 @@ class SimulatedFleet:
 
     # ------------------------------------------------------------------ dynamics (vectorised)
     def _power(self) -> np.ndarray:
-        host = host_power_watts(self.cpu_utilisation, self.idle_watts, self.max_watts)
-        return host + gpu_power_watts(self.gpu_utilisation, self.gpu_exists, self.gpu_idle_watts, self.gpu_max_watts)
+        return self.node_power.watts_at(self.cpu_utilisation, self.gpu_utilisation)
 
     def advance(self, now_s: float) -> None:
         """Move utilisation one random-walk step and integrate energy up to ``now_s``."""

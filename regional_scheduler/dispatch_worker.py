@@ -51,7 +51,6 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from meridian import observability as obs
-from meridian import power_model
 from meridian.bus import (
     SUMMARY_STREAM,
     BusError,
@@ -61,10 +60,12 @@ from meridian.bus import (
     events_stream,
 )
 from meridian.bus.base import StreamEntry
+from meridian.bus.consumer import run_with_backoff
 from meridian.bus.health import GroupGauges
 from meridian.cluster_state import ClusterState
 from meridian.metrics import seed_fragmentation_score
 from meridian.model import MILLI_GPU_PER_DEVICE, Node, Pod, Resources
+from meridian.power_model import NodePowerModel
 from protos import dispatch_pb2 as dpb
 from protos import telemetry_pb2 as tpb
 from regional_scheduler.binders.base import BindRequest
@@ -353,42 +354,40 @@ class DispatchWorker:
 
     # ------------------------------------------------------------------ loop
     def run(self, stop: threading.Event, *, summaries: bool = True) -> None:
-        failures = 0
         next_summary = 0.0
         grouped = False
-        while not stop.is_set():
-            try:
-                if not grouped:  # inside the back-off: a worker started while Redis is down waits for it
-                    self.bus.ensure_group(self.stream, GROUP, start_id="0")
-                    grouped = True
-                if summaries and time.monotonic() >= next_summary:
-                    self.publish_summary()
-                    next_summary = time.monotonic() + self.settings.summary_interval_s
-                self.poll_once()
-                started = self.due_starts()
-                if started:
-                    self.bus.publish_many(self.events, started, maxlen=self.settings.events_maxlen)
-                failures = 0
-            except (BusUnavailableError, BusError) as exc:
-                delay = self.settings.backoff_s[min(failures, len(self.settings.backoff_s) - 1)]
-                failures += 1
-                log.warning("dispatch worker %s: bus unavailable (%s); retrying in %.1f s", self.cluster, exc, delay)
-                stop.wait(delay)
+
+        def step() -> None:
+            nonlocal next_summary, grouped
+            if not grouped:  # inside the back-off: a worker started while Redis is down waits for it
+                self.bus.ensure_group(self.stream, GROUP, start_id="0")
+                grouped = True
+            if summaries and time.monotonic() >= next_summary:
+                self.publish_summary()
+                next_summary = time.monotonic() + self.settings.summary_interval_s
+            self.poll_once()
+            started = self.due_starts()
+            if started:
+                self.bus.publish_many(self.events, started, maxlen=self.settings.events_maxlen)
+
+        def say(exc: Exception, delay: float) -> None:
+            log.warning("dispatch worker %s: bus unavailable (%s); retrying in %.1f s", self.cluster, exc, delay)
+
+        run_with_backoff(stop, step, delays=self.settings.backoff_s, on_failure=say)
 
 
 def simulated_power_watts(st: ClusterState, *, idle: bool = False) -> float:
     """A simulated cluster's IT power from the node agents' documented model (:mod:`meridian.power_model`):
     requested CPU as host utilisation on each node's profile, allocated GPU share per device. ``idle``: the
     same nodes with nothing running (the floor that accounting shares out by requests)."""
-    host_idle, host_max = power_model.host_coefficients(st.alloc_milli_cpu / 1000.0)
+    alloc = np.column_stack([st.alloc_milli_cpu, st.alloc_memory_bytes, st.gpu_exists.sum(axis=1)])
+    model = NodePowerModel.for_nodes(alloc, [st.gpu_models[m] if m >= 0 else "" for m in st.gpu_model_id],
+                                     gpu_exists=st.gpu_exists)
     cpu_util = st.req_milli_cpu / np.maximum(st.alloc_milli_cpu, 1)
     gpu_util = 1.0 - st.gpu_free_milli / MILLI_GPU_PER_DEVICE
     if idle:
         cpu_util, gpu_util = np.zeros_like(cpu_util), np.zeros_like(gpu_util)
-    host = power_model.host_power_watts(cpu_util, host_idle, host_max)
-    gpu_idle, gpu_max = power_model.gpu_coefficients([st.gpu_models[m] if m >= 0 else "" for m in st.gpu_model_id])
-    gpus = power_model.gpu_power_watts(gpu_util, st.gpu_exists, gpu_idle, gpu_max)
-    return float(np.where(st.schedulable, host + gpus, 0.0).sum())
+    return float(np.where(st.schedulable, model.watts_at(cpu_util, gpu_util), 0.0).sum())
 
 
 def simulated_cluster(nodes: Sequence[Node], *, start: int = 0, count: int | None = None) -> ClusterState:

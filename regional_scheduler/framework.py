@@ -6,7 +6,7 @@ filter (hard constraints) → score (the policy, on feasible nodes only) → sel
 Ties go to the first node in node order. kube-scheduler's ``selectHost`` samples ties at random,
 but the FGD paper's numbers are only reproduced with first-in-order ties (we measured FGD on
 ``default`` seed 42 at 90.2 % GPU allocation with random ties against the paper's 95.1 %, and
-95.3 % with first ties; see ``docs/benchmarks.md``). A policy that declares
+95.3 % with first ties; see ``docs/results-placement.md``). A policy that declares
 :class:`~regional_scheduler.policies.base.ChoosesTieBreak` with ``tie_break = "random"`` gets a
 uniform draw among the tied nodes from the scheduler's generator (seeded by ``seed``) instead. Each
 stage is timed and its errors are wrapped with the stage's name. The policy never sees an infeasible

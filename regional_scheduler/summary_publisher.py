@@ -31,7 +31,8 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from meridian import observability
-from meridian.bus import SUMMARY_STREAM, BusError, BusUnavailableError, StreamBus, open_bus
+from meridian.bus import SUMMARY_STREAM, StreamBus, open_bus
+from meridian.bus.consumer import run_with_backoff
 from meridian.cluster_state import ClusterState
 from meridian.metrics import seed_fragmentation_score
 from protos import telemetry_pb2 as pb
@@ -160,17 +161,14 @@ class SummaryPublisher:
         return summary
 
     def run(self, stop: threading.Event) -> None:
-        failures = 0
-        while not stop.is_set():
-            try:
-                self.publish_once()
-                failures = 0
-                stop.wait(self.settings.interval_s)
-            except (BusUnavailableError, BusError) as exc:
-                delay = self.settings.backoff_s[min(failures, len(self.settings.backoff_s) - 1)]
-                failures += 1
-                log.warning("cluster %s: summary not published (%s); retrying in %.1f s", self.state.cluster, exc, delay)
-                stop.wait(delay)
+        def step() -> None:
+            self.publish_once()
+            stop.wait(self.settings.interval_s)
+
+        def say(exc: Exception, delay: float) -> None:
+            log.warning("cluster %s: summary not published (%s); retrying in %.1f s", self.state.cluster, exc, delay)
+
+        run_with_backoff(stop, step, delays=self.settings.backoff_s, on_failure=say)
 
 
 class RegionalTelemetry:

@@ -49,6 +49,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from meridian import observability
 from meridian.bus import BusError, BusUnavailableError, StreamBus, StreamEntry, telemetry_stream
+from meridian.bus.consumer import run_with_backoff
 from meridian.bus.health import GroupGauges
 from meridian.cluster_state import ClusterState
 from meridian.telemetry import (
@@ -334,18 +335,19 @@ class TelemetryConsumer:
         BATCH_SECONDS.labels(cluster=s.cluster).observe(time.perf_counter() - started)
 
     def run(self, stop: threading.Event) -> None:
-        """Loop until ``stop`` is set, backing off while the bus is unreachable."""
-        failures = 0
-        while not stop.is_set():
+        """Loop until ``stop`` is set, backing off while the bus is unreachable; any other bus error is
+        logged and retried after the longest delay."""
+        def step() -> None:
             try:
                 self.step()
-                failures = 0
-            except BusUnavailableError as exc:
-                self._group_ready = False
-                delay = self.settings.backoff_s[min(failures, len(self.settings.backoff_s) - 1)]
-                failures += 1
-                log.warning("cluster %s: bus unavailable (%s); retrying in %.1f s", self.settings.cluster, exc, delay)
-                stop.wait(delay)
+            except BusUnavailableError:
+                raise
             except BusError:
                 log.exception("cluster %s: bus error; retrying", self.settings.cluster)
                 stop.wait(self.settings.backoff_s[-1])
+
+        def say(exc: Exception, delay: float) -> None:
+            self._group_ready = False
+            log.warning("cluster %s: bus unavailable (%s); retrying in %.1f s", self.settings.cluster, exc, delay)
+
+        run_with_backoff(stop, step, delays=self.settings.backoff_s, on_failure=say, retry_on=(BusUnavailableError,))

@@ -41,6 +41,7 @@ from global_scheduler.accounting.table import INVALID_NAME
 from meridian import energy, observability
 from meridian.bus import StreamBus, open_bus, redis_client
 from meridian.bus.base import BusUnavailableError, StreamEntry
+from meridian.bus.consumer import run_with_backoff
 from meridian.bus.health import GroupGauges
 from meridian.bus.streams import SUMMARY_STREAM
 from protos import energy_pb2, telemetry_pb2
@@ -134,16 +135,11 @@ class AccountingConsumer:
 
     def run(self, stop: threading.Event) -> None:
         """Poll until ``stop`` is set; back off over :data:`BACKOFF_S` while Redis is unreachable."""
-        failures = 0
-        while not stop.is_set():
-            try:
-                self.poll_once()
-                failures = 0
-            except (BusUnavailableError, redis.exceptions.ConnectionError) as exc:
-                delay = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]
-                failures += 1
-                log.warning("accounting consumer %s: %s; retrying in %.2fs", self.consumer, exc, delay)
-                stop.wait(delay)
+        def say(exc: Exception, delay: float) -> None:
+            log.warning("accounting consumer %s: %s; retrying in %.2fs", self.consumer, exc, delay)
+
+        run_with_backoff(stop, self.poll_once, delays=BACKOFF_S, on_failure=say,
+                         retry_on=(BusUnavailableError, redis.exceptions.ConnectionError))
 
 
 def _quarantine(record: energy_pb2.EnergyRecord, stream: str) -> None:

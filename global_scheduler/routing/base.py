@@ -23,7 +23,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from gnn.features import ClusterFeatures, WorkloadFeatures, feasible_mask
+from global_scheduler.routing.feasibility import feasible_mask
+from meridian.routing_domain import ClusterFeatures, WorkloadFeatures
 
 DEFER = -1
 NO_CLUSTER = -2

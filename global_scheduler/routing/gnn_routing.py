@@ -28,8 +28,9 @@ import numpy as np
 import torch
 
 from global_scheduler.routing.base import CountsFallbacks, RefinesScores, ScoresInBatch, can_defer, with_defer
-from gnn.features import ClusterFeatures, WorkloadFeatures, slo_excess, slo_safe, utilisation_after
+from global_scheduler.routing.feasibility import slo_excess, slo_safe
 from gnn.policy import DEFAULT_CHECKPOINT, CheckpointError, GnnRoutingNet
+from meridian.routing_domain import ClusterFeatures, WorkloadFeatures, utilisation_after
 
 NAME = "gnn"
 LEGACY_SHIELD_MARGIN = 0.1  # checkpoints that do not record theirs were trained and evaluated with this

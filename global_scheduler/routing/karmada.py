@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from global_scheduler.routing.base import with_defer
-from gnn.features import ClusterFeatures, WorkloadFeatures, available_replicas
+from meridian.routing_domain import ClusterFeatures, WorkloadFeatures, available_replicas
 
 NAME = "karmada"
 

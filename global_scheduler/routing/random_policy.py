@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from global_scheduler.routing.base import with_defer
-from gnn.features import ClusterFeatures, WorkloadFeatures
+from meridian.routing_domain import ClusterFeatures, WorkloadFeatures
 
 NAME = "random"
 

@@ -1,6 +1,8 @@
 """The Alibaba GPU cluster trace used by the FGD paper (``alibaba-gpu-v2023``, "openb").
 
-Node lists: ``sn,cpu_milli,memory_mib,gpu,model``. Pod lists come in two layouts: 11 columns
+Node lists: ``sn,cpu_milli,memory_mib,gpu,model``, as :class:`~meridian.model.Node` objects
+(:func:`load_nodes`) or as arrays for vectorised simulators (:func:`load_node_shapes`, read through
+:func:`load_nodes`: this module is the one reader of the format). Pod lists come in two layouts: 11 columns
 (``name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,
 deletion_time,scheduled_time``) and 5 columns (the ``multigpu*`` files). Both load into
 :class:`~meridian.model.Pod`; an unreadable cell raises :class:`TraceFormatError` naming the
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -98,6 +101,35 @@ def load_nodes(path: Path | str | None = None) -> list[Node]:
             labels["meridian.io/gpu-model"] = model
         nodes.append(Node(name=sn, capacity=res, labels=labels, gpu_model=model))
     return nodes
+
+
+@dataclass(frozen=True)
+class NodeShapes:
+    """An openb node list as arrays, one row per node in file order (for vectorised simulators)."""
+
+    milli_cpu: np.ndarray  # (n,) int64
+    memory_bytes: np.ndarray  # (n,) int64
+    gpus: np.ndarray  # (n,) int64
+    gpu_model: tuple[str, ...]  # '' for a node without GPUs
+
+    def __len__(self) -> int:
+        return len(self.gpu_model)
+
+    @property
+    def alloc(self) -> np.ndarray:
+        """(n, 3) int64: milli-CPU, memory bytes, GPUs of each node."""
+        return np.column_stack([self.milli_cpu, self.memory_bytes, self.gpus]).astype(np.int64)
+
+
+def load_node_shapes(path: Path | str | None = None) -> NodeShapes:
+    """:func:`load_nodes` (same default, same checks) as :class:`NodeShapes`."""
+    nodes = load_nodes(path)
+    return NodeShapes(
+        milli_cpu=np.array([n.capacity.milli_cpu for n in nodes], dtype=np.int64),
+        memory_bytes=np.array([n.capacity.memory_bytes for n in nodes], dtype=np.int64),
+        gpus=np.array([n.capacity.gpu for n in nodes], dtype=np.int64),
+        gpu_model=tuple(n.gpu_model if n.capacity.gpu else "" for n in nodes),
+    )
 
 
 def load_pods(path: Path | str) -> list[Pod]:

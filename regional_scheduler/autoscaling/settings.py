@@ -74,7 +74,7 @@ class BudgetSettings(BaseModel):
     A shadow HPA (the exact algorithm, replayed on the load as it is observed) says how many replicas the
     HPA would be running; the policy banks what it spends less than ``ratio`` × that and spends the
     balance by provisioning for higher quantiles, so a budget matched on past days cannot leave budget
-    unused on new ones. Defaults chosen on the validation split (docs/autoscaling.md, session 3).
+    unused on new ones. Defaults chosen on the validation split (docs/autoscaling.md, "Choosing it").
     """
 
     ratio: float = Field(1.03, gt=0, description="Replica-hours allowed relative to the shadow HPA's. 1.03, as "

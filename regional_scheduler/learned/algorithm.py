@@ -13,13 +13,12 @@ the linear *heuristic head* over the (normalised) node features plus the scale o
 MLP — with antithetic sampling and common random numbers (each ± pair runs on the same episode),
 so a pair's difference measures the policy change, not the workload's luck.
 
-Everything is deterministic for a seed (:func:`set_random_seed`; one torch thread).
+Everything is deterministic for a seed (:func:`meridian.seeding.set_random_seed`; one torch thread).
 """
 
 from __future__ import annotations
 
 import copy
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,11 +28,13 @@ import numpy as np
 import torch
 
 from meridian.model import Node, Pod
+from meridian.seeding import set_random_seed
 from regional_scheduler.learned import imitation
 from regional_scheduler.learned.augment import augmented_pod_list, pods_by_class, resampled_pod_list
 from regional_scheduler.learned.env import Episode, PlacementEnv, openb_episode, seed_episode
 from regional_scheduler.learned.features import IDX
-from regional_scheduler.learned.policy import NumpyPlacementNet, PlacementNet
+from regional_scheduler.learned.numpy_policy import NumpyPlacementNet
+from regional_scheduler.learned.policy import PlacementNet
 from regional_scheduler.learned.reward import RewardConfig, fragmentation
 
 # The features a linear correction of FGD may read (``--search-features``): cheap per node (no
@@ -73,15 +74,6 @@ def search_mask(features: Sequence[str] | None) -> np.ndarray | None:
     mask[[IDX[f] for f in features if f != MLP_SCALE]] = True
     mask[-1] = MLP_SCALE in features
     return mask
-
-
-def set_random_seed(seed: int) -> None:
-    """Seed Python's ``random``, numpy's global generator and torch (and pin torch to one thread,
-    which also makes its reductions deterministic)."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-    torch.set_num_threads(1)
 
 
 @dataclass
@@ -277,11 +269,11 @@ def line_search(net: PlacementNet, episodes: EpisodeFactory, *, coordinate: str,
     index ``first`` of the factory (apart from ES's and the in-training validation's).
 
     Why: on seed-50x200 the CPU profile's ranking switches between "never fill a node completely"
-    and "fill completely" over a narrow band of the ``becomes_cpu_full`` weight (``docs/bench-learned.md``
-    §0b-3); inside it the Gini rises and failures fall smoothly with the weight. That band is many
-    ES σ away from the start, where a local search sees a plateau; a 1-D scan finds it, and the
-    fitness (failures, then a mean-Gini cap) picks the point on it. Returns the new search vector
-    and one record per shift."""
+    and "fill completely" over a narrow band of the ``becomes_cpu_full`` weight (the ``cpu`` v5
+    line search, ``docs/history/bench-learned-diary.md``); inside it the Gini rises and failures fall
+    smoothly with the weight. That band is many ES σ away from the start, where a local search sees a
+    plateau; a 1-D scan finds it, and the fitness (failures, then a mean-Gini cap) picks the point on
+    it. Returns the new search vector and one record per shift."""
     index = coordinate_index(coordinate)
     theta0 = net.search_vector(layers)
     base = NumpyPlacementNet(net)
@@ -346,6 +338,7 @@ def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfi
     ``residual_bound``: the correction's bound ``b`` (:func:`~regional_scheduler.learned.policy.residual_logits`).
     """
     set_random_seed(seed)
+    torch.set_num_threads(1)  # one thread also makes torch's reductions deterministic
     t0 = time.perf_counter()
     bc_log: list[dict[str, Any]] = []
     n_samples = 0

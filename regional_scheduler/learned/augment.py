@@ -5,7 +5,7 @@ to about XX % of the GPU tasks (``shared/traces/README.md`` §1b). Our training 
 ``gpushare*``) have no constrained pod at all, so a policy trained on them never sees the cost of
 filling a scarce GPU model with pods that could have run anywhere. :func:`constrain_gpu_models`
 builds the same *kind* of list from a training list: a random share of the GPU pods gets an
-allowed-model set. :func:`resampled_pod_list` (session 6) draws a list with another pod *mix* (the
+allowed-model set. :func:`resampled_pod_list` draws a list with another pod *mix* (the
 share of CPU-only, shared-GPU, one-GPU and multi-GPU pods) from pooled lists.
 
 The model sets are drawn from the **node list** (never from the held-out lists): one model, with
@@ -96,7 +96,7 @@ def augmented_pod_list(pods: Sequence[Pod], nodes: Sequence[Node], seed: int, *,
     return constrain_gpu_models(pods, nodes, share=share, rng=rng, preference=preference), share
 
 
-# Session 8: the allowed-model sets of the model-constrained pods of openb_pod_list_gpuspec33.csv, per pod
+# The allowed-model sets of the model-constrained pods of openb_pod_list_gpuspec33.csv, per pod
 # class, and the share of each class's GPU pods that carry one (count: 0.287 shared, 0.377 one-GPU, 0.373
 # multi-GPU, 0.338 over all). Counted from that held-out list's request and gpu_spec columns only, as
 # DEFAULT_MIX was from default's; no policy result went into them. Unlike the node-list draw above, about

@@ -34,7 +34,7 @@ def _init_profile(init: Path | None, profile: str) -> PlacementNet | None:
     """One profile's network from an ``--init`` checkpoint (an older layout is upgraded), or None."""
     if init is None:
         return None
-    from regional_scheduler.learned.policy import CheckpointError, load_checkpoint, upgrade_profiles
+    from regional_scheduler.learned.checkpoint import CheckpointError, load_checkpoint, upgrade_profiles
 
     try:
         return load_checkpoint(init)[0][profile]
@@ -193,7 +193,7 @@ def train_placement(
     """Imitate the best heuristic, improve it with evolution-strategies policy search, write a checkpoint."""
     from meridian.traces import openb
     from regional_scheduler.learned import algorithm
-    from regional_scheduler.learned.policy import save_checkpoint
+    from regional_scheduler.learned.checkpoint import save_checkpoint
     from regional_scheduler.learned.reward import GPU_REWARD
 
     wanted = [p.strip() for p in profiles.split(",") if p.strip()]
@@ -265,7 +265,7 @@ def train_placement(
            "cpu_steps": cpu_steps}
     log_path = out.with_suffix(".json")
     if merge and out.is_file():
-        from regional_scheduler.learned.policy import CheckpointError, load_checkpoint, upgrade_profiles
+        from regional_scheduler.learned.checkpoint import CheckpointError, load_checkpoint, upgrade_profiles
 
         try:
             old_nets, old_extra = load_checkpoint(out)
@@ -305,8 +305,8 @@ def explain_command(
     from meridian.simulator import seed_cluster, seed_pods
     from meridian.traces import openb
     from regional_scheduler.framework import Scheduler
+    from regional_scheduler.learned.checkpoint import CheckpointError, load_checkpoint
     from regional_scheduler.learned.explain import explain
-    from regional_scheduler.learned.policy import CheckpointError, load_checkpoint
     from regional_scheduler.learned.serving import (
         LearnedPolicy,
         LearnedScorer,

@@ -8,7 +8,7 @@ Targets (``target``):
 
 - ``"pick"`` (default): the node the teacher actually chose. FGD's scores are integers 0–100, so
   many nodes tie and the scheduler takes the first in node order; that tie-break is worth a lot
-  (FGD with random ties loses ~5 points of GPU allocation on openb, ``docs/benchmarks.md``) because
+  (FGD with random ties loses ~5 points of GPU allocation on openb, ``docs/results-placement.md``) because
   it keeps filling the same nodes and leaves the others whole. Node order is not a feature, but its
   effect — preferring nodes already in use — is learnable from the node features.
 - ``"ties"``: every node the teacher ranked best, a set likelihood that leaves the tie order free.

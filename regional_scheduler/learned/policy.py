@@ -30,22 +30,24 @@ it opens nodes in list order, whatever their GPU model — whereas a correction 
 size or type opens all nodes of one kind first and can exhaust a GPU model that model-constrained
 pods need (seen on the validation split: −4.3 points on an augmented ``gpushare40`` run).
 
-With ``gate_constrained`` (a hyper-parameter, session 4), a pod with a GPU-model constraint gets
+With ``gate_constrained`` (a hyper-parameter), a pod with a GPU-model constraint gets
 ``g ≡ 0`` on every candidate: FGD places it exactly as the ``fgd`` baseline would. Such a pod can only
 go to nodes of its model, and re-ordering FGD's ties among them was a net loss on the validation
-split's augmented runs (``docs/bench-learned.md`` §0f).
+split's augmented runs (``docs/history/bench-learned-diary.md``, "gate_constrained").
 
-With ``gate_gpu_pods`` (a hyper-parameter, session 5), every pod that asks for a GPU gets ``g ≡ 0``:
+With ``gate_gpu_pods`` (a hyper-parameter), every pod that asks for a GPU gets ``g ≡ 0``:
 the correction only places CPU-only pods. On a GPU cluster a CPU-only pod's node decides whose GPUs
 its CPU strands, FGD's fragmentation delta scores that coarsely (most nodes tie), and that is where
 the correction's gains were found on the validation split; re-ordering the GPU pods' ties added
-nothing on average there and caused most of the runs behind FGD (``docs/bench-learned.md`` §0g).
+nothing on average there and caused most of the runs behind FGD
+(``docs/history/bench-learned-diary.md``, "gate_gpu_pods").
 
-With ``gate_share`` (a hyper-parameter, session 8), the whole workload is left to FGD when the share
+With ``gate_share`` (a hyper-parameter), the whole workload is left to FGD when the share
 of its GPU pods that carry a GPU-model constraint is at least ``gate_share``. Serving applies it
 (:class:`~regional_scheduler.learned.serving.LearnedScorer`), from the target workload or, unprepared,
 FGD's window of recent pods. On a validation split constrained like the ``gpuspec`` lists, the
-correction lost to FGD on all seven runs with a share ≥ 0.25 (``docs/bench-learned.md`` §0j).
+correction lost to FGD on all seven runs with a share ≥ 0.25
+(``docs/history/bench-learned-diary.md``, "a validation split with gpuspec-shaped constraints").
 
 The MLP is shared across nodes, so the network is independent of the cluster's size and of the
 node order; the linear *heuristic head* ``w_lin`` reads the baselines' scores directly, which makes
@@ -54,31 +56,24 @@ Infeasible nodes never reach the network (the scheduler's filter removes them); 
 sets them to ``-inf`` where a full-width mask is used (training).
 
 Shapes: ``node_features (k, N_NODE)`` → ``logits (k,)``; batched training uses ``(B, K, N_NODE)``
-with a ``(B, K)`` validity mask. Checkpoints hold the hyper-parameters, the feature layout and a
-version, and load with ``torch.load(..., weights_only=True)`` only.
+with a ``(B, K)`` validity mask. The serving copy of the network in numpy is
+:mod:`regional_scheduler.learned.numpy_policy`; checkpoint files are :mod:`regional_scheduler.learned.checkpoint`.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from regional_scheduler.learned.features import FEATURE_LAYOUT, IDX, N_NODE, N_POD, POD_FEATURES
+from regional_scheduler.learned.features import IDX, N_NODE, N_POD, POD_FEATURES
 
 UNUSED = IDX["node_unused"]
 CONSTRAINED = POD_FEATURES.index("has_gpu_model_constraint")
 CPU_ONLY = POD_FEATURES.index("is_cpu_only")
 
-# 2: residual over FGD (``residual_bound`` in the hyper-parameters). Version 1 files hold a full
-# ranking network whose scores mean something else; they are refused, not reinterpreted.
-CHECKPOINT_VERSION = 2
-READABLE_FOR_CARRY_OVER = (1, 2)
 DEFAULT_RESIDUAL_BOUND = 0.45
 
 
@@ -112,15 +107,11 @@ def residual_logits(base: np.ndarray, bound: float, correction: Callable[[np.nda
 SEARCHABLE_LAYERS: tuple[str, ...] = ("mlp.2", "mlp.4")
 
 
-def _layers(layers: Sequence[str]) -> list[str]:
+def ordered_search_layers(layers: Sequence[str]) -> list[str]:
     unknown = set(layers) - set(SEARCHABLE_LAYERS)
     if unknown:
         raise ValueError(f"policy search cannot move layer(s) {sorted(unknown)}; choose from {SEARCHABLE_LAYERS}")
     return [name for name in SEARCHABLE_LAYERS if name in layers]
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used: missing, unreadable, another version or feature layout."""
 
 
 class PlacementNet(nn.Module):
@@ -223,7 +214,7 @@ class PlacementNet(nn.Module):
         :data:`SEARCHABLE_LAYERS` order, weight row-major then bias), when a search moves them too."""
         head = self.heuristic_head.weight.detach().numpy().ravel().astype(np.float64)
         parts = [head, [float(self.mlp_scale.detach())]]
-        for name in _layers(layers):
+        for name in ordered_search_layers(layers):
             layer = self.mlp[int(name.split(".")[1])]
             parts += [layer.weight.detach().numpy().ravel(), layer.bias.detach().numpy()]
         return np.concatenate(parts).astype(np.float64)
@@ -234,7 +225,7 @@ class PlacementNet(nn.Module):
             self.heuristic_head.weight.copy_(torch.as_tensor(vec[:n], dtype=torch.float32).view(1, -1))
             self.mlp_scale.fill_(float(vec[n]))
             at = n + 1
-            for name in _layers(layers):
+            for name in ordered_search_layers(layers):
                 layer = self.mlp[int(name.split(".")[1])]
                 for p in (layer.weight, layer.bias):
                     p.copy_(torch.as_tensor(vec[at:at + p.numel()], dtype=torch.float32).view_as(p))
@@ -254,240 +245,3 @@ class PlacementNet(nn.Module):
 
 def masked_logits(logits: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return logits.masked_fill(~valid, float("-inf"))
-
-
-def save_checkpoint(path: Path | str, profiles: dict[str, PlacementNet], *, extra: dict[str, Any] | None = None) -> None:
-    """One file, several *profiles* (e.g. ``gpu`` for GPU clusters, ``cpu`` for CPU-only ones): the
-    same architecture and feature layout, separately trained weights."""
-    payload = {
-        "version": CHECKPOINT_VERSION,
-        "feature_layout": FEATURE_LAYOUT,
-        "profiles": {
-            name: {"hyper_parameters": net.hyper_parameters(),
-                   "state_dict": {k: v.detach().clone() for k, v in net.state_dict().items()}}
-            for name, net in profiles.items()
-        },
-        "extra": extra or {},
-    }
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    torch.save(payload, path)
-
-
-def load_checkpoint(path: Path | str) -> tuple[dict[str, PlacementNet], dict[str, Any]]:
-    """Rebuild the networks from a checkpoint; refuse one of another version or feature layout."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"no checkpoint at {path}")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises several types for corrupt or unsafe files
-        raise CheckpointError(f"cannot read checkpoint {path}: {exc}") from exc
-    if not isinstance(payload, dict) or "version" not in payload or "profiles" not in payload:
-        raise CheckpointError(f"{path} is not a Meridian placement checkpoint")
-    if payload["version"] != CHECKPOINT_VERSION:
-        raise CheckpointError(f"checkpoint {path} has version {payload['version']}; "
-                              f"this build reads version {CHECKPOINT_VERSION} (the residual policy over FGD; "
-                              "version 1 held a full ranking network) — retrain it")
-    layout = payload.get("feature_layout")
-    if layout != FEATURE_LAYOUT:
-        got = layout.get("version") if isinstance(layout, dict) else layout
-        n_got = len(layout.get("node", [])) if isinstance(layout, dict) else "?"
-        raise CheckpointError(
-            f"checkpoint {path} was trained on another feature layout (version {got}, {n_got} node "
-            f"features); this build has version {FEATURE_LAYOUT['version']} with {N_NODE} node "
-            "features — retrain it")
-    nets: dict[str, PlacementNet] = {}
-    for name, entry in payload["profiles"].items():
-        hp = dict(entry["hyper_parameters"])
-        net = PlacementNet(n_node=int(hp["n_node"]), n_pod=int(hp["n_pod"]), hidden=int(hp["hidden"]),
-                           residual_bound=float(hp["residual_bound"]), gate_unused=bool(hp.get("gate_unused", False)),
-                           gate_constrained=bool(hp.get("gate_constrained", False)),
-                           gate_gpu_pods=bool(hp.get("gate_gpu_pods", False)),
-                           gate_share=None if hp.get("gate_share") is None else float(hp["gate_share"]),
-                           replays=int(hp.get("replays", 0)))
-        try:
-            net.load_state_dict(entry["state_dict"])
-        except RuntimeError as exc:
-            raise CheckpointError(f"checkpoint {path} profile {name!r} does not match the network: {exc}") from exc
-        net.eval()
-        nets[name] = net
-    return nets, payload.get("extra", {})
-
-
-def upgrade_profiles(path: Path | str, *, residual_bound: float = DEFAULT_RESIDUAL_BOUND,
-                     ) -> tuple[dict[str, PlacementNet], dict[str, Any], int]:
-    """The profiles of a checkpoint written for an *older* feature layout or checkpoint version,
-    carried over to this one: every node feature the old layout lacks gets zero weight (in the
-    heuristic head and in the MLP's node and pooled-context inputs) and identity normalisation, so
-    the upgraded network gives the old one's ``g`` wherever it is used. A version-1 network becomes
-    the correction ``g`` of a residual policy with ``residual_bound``: on a CPU-only cluster (every
-    FGD score equal) that policy ranks exactly as the old network did. Only for
-    ``meridian train placement --merge``/``--init``; serving still refuses the old file. Requires the
-    same pod features and the old node features as a subset of the new ones. Returns the networks,
-    the checkpoint's ``extra`` and the old layout's version."""
-    path = Path(path)
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises several types for corrupt or unsafe files
-        raise CheckpointError(f"cannot read checkpoint {path}: {exc}") from exc
-    layout = payload.get("feature_layout") if isinstance(payload, dict) else None
-    if not isinstance(layout, dict) or payload.get("version") not in READABLE_FOR_CARRY_OVER:
-        raise CheckpointError(f"{path} is not a Meridian placement checkpoint of version "
-                              f"{' or '.join(map(str, READABLE_FOR_CARRY_OVER))}")
-    old_node, new_node = list(layout.get("node", [])), list(FEATURE_LAYOUT["node"])  # type: ignore[call-overload]
-    if list(layout.get("pod", [])) != list(FEATURE_LAYOUT["pod"]) or not set(old_node) <= set(new_node):  # type: ignore[call-overload]
-        raise CheckpointError(f"checkpoint {path}'s feature layout cannot be carried over to version "
-                              f"{FEATURE_LAYOUT['version']}")
-    where = torch.tensor([new_node.index(f) for f in old_node])
-    nets: dict[str, PlacementNet] = {}
-    for name, entry in payload["profiles"].items():
-        old = entry["state_dict"]
-        hp = dict(entry["hyper_parameters"])
-        n_old, n_pod = hp["n_node"], hp["n_pod"]
-        net = PlacementNet(hidden=int(hp["hidden"]), residual_bound=float(hp.get("residual_bound", residual_bound)))
-        sd = {k: v.clone() for k, v in net.state_dict().items()}
-        sd["feature_mean"].zero_()
-        sd["feature_std"].fill_(1.0)
-        sd["feature_mean"][where] = old["feature_mean"]
-        sd["feature_std"][where] = old["feature_std"]
-        sd["heuristic_head.weight"].zero_()
-        sd["heuristic_head.weight"][:, where] = old["heuristic_head.weight"]
-        w0_old, w0 = old["mlp.0.weight"], sd["mlp.0.weight"]
-        w0.zero_()
-        n, p = net.n_node, net.n_pod
-        w0[:, where] = w0_old[:, :n_old]
-        w0[:, n:n + p] = w0_old[:, n_old:n_old + n_pod]
-        w0[:, n + p + where] = w0_old[:, n_old + n_pod:2 * n_old + n_pod]
-        w0[:, 2 * n + p + where] = w0_old[:, 2 * n_old + n_pod:]
-        for key in ("mlp.0.bias", "mlp.2.weight", "mlp.2.bias", "mlp.4.weight", "mlp.4.bias", "mlp_scale"):
-            sd[key] = old[key].clone()
-        net.load_state_dict(sd)
-        net.eval()
-        nets[name] = net
-    return nets, payload.get("extra", {}), int(layout.get("version", 0))
-
-
-class NumpyPlacementNet:
-    """The same forward pass in numpy, exported from a :class:`PlacementNet` for the serving hot path.
-
-    A decision is a handful of small matrix products over ``k ≤ 1,213`` nodes; numpy's per-call
-    overhead (~1–3 µs) is well below torch's dispatcher (~10 µs per op), which matters at a 1 ms
-    budget. :meth:`predict` equals ``PlacementNet.predict`` to float32 rounding (a test checks it).
-    """
-
-    def __init__(self, net: PlacementNet) -> None:
-        sd = {k: v.detach().numpy().astype(np.float32) for k, v in net.state_dict().items()}
-        self.n_node = net.n_node
-        self.residual_bound = net.residual_bound
-        self.gate_unused = net.gate_unused
-        self.gate_constrained = net.gate_constrained
-        self.gate_gpu_pods = net.gate_gpu_pods
-        self.gate_share = net.gate_share  # read on every decision: a torch Module's attribute lookup is slow
-        self.mean = sd["feature_mean"]
-        self.inv_std = (1.0 / sd["feature_std"]).astype(np.float32)
-        w0 = sd["mlp.0.weight"]  # (H, n_node + n_pod + 2 n_node)
-        n, p = net.n_node, net.n_pod
-        self.w_node = np.ascontiguousarray(w0[:, :n].T)
-        self.w_pod = np.ascontiguousarray(w0[:, n:n + p].T)
-        self.w_ctx = np.ascontiguousarray(w0[:, n + p:].T)
-        self.b0 = sd["mlp.0.bias"]
-        self.w1 = np.ascontiguousarray(sd["mlp.2.weight"].T)
-        self.b1 = sd["mlp.2.bias"]
-        self.w2 = np.ascontiguousarray(sd["mlp.4.weight"].T)  # (H, 1)
-        self.b2 = sd["mlp.4.bias"]
-        self.w_lin = np.ascontiguousarray(sd["heuristic_head.weight"].T)  # (n_node, 1)
-        self.mlp_scale = float(sd["mlp_scale"])
-        self._head_only()
-
-    def _head_only(self) -> None:
-        """With ``mlp_scale == 0`` the correction is linear: only the head's non-zero columns are read,
-        so serving builds only those features (:attr:`columns`) and skips the MLP and the context."""
-        self.linear = self.mlp_scale == 0.0
-        self.columns = (self.w_lin[:, 0] != 0) if self.linear else np.ones(self.n_node, dtype=bool)
-        used = np.flatnonzero(self.columns)
-        self._used = used
-        self._w_used = np.ascontiguousarray((self.w_lin[used, 0] * self.inv_std[used]).astype(np.float32))
-        self._b_used = float(-(self.mean[used] * self.inv_std[used]) @ self.w_lin[used, 0]) if used.size else 0.0
-        self._g_unused = float(self.w_lin[UNUSED, 0])
-
-    def with_search_vector(self, vec: np.ndarray, layers: Sequence[str] = ()) -> NumpyPlacementNet:
-        """A copy with another ``[heuristic head ‖ mlp_scale ‖ layers…]`` (policy search's candidates;
-        the layout of :meth:`PlacementNet.search_vector`)."""
-        other = copy.copy(self)
-        n = self.n_node
-        other.w_lin = np.asarray(vec[:n], dtype=np.float32).reshape(-1, 1)
-        other.mlp_scale = float(vec[n])
-        at = n + 1
-        h = self.w1.shape[0]
-        for name in _layers(layers):
-            rows = h if name == "mlp.2" else 1
-            w = np.asarray(vec[at:at + rows * h], dtype=np.float32).reshape(rows, h)
-            b = np.asarray(vec[at + rows * h:at + rows * h + rows], dtype=np.float32)
-            at += rows * h + rows
-            # Stored transposed, as in __init__ (torch's Linear keeps (out, in)).
-            if name == "mlp.2":
-                other.w1, other.b1 = np.ascontiguousarray(w.T), b
-            else:
-                other.w2, other.b2 = np.ascontiguousarray(w.T), b
-        other._head_only()
-        return other
-
-    def residual(self, base: np.ndarray, node_features: Callable[[np.ndarray], np.ndarray],
-                 pod_features: np.ndarray) -> np.ndarray:
-        """The served logits (:func:`residual_logits`): ``base`` are FGD's scores of the candidates,
-        ``node_features(idx)`` builds the features of candidates ``idx`` only."""
-        if self._fgd_only(pod_features):
-            return residual_logits(base, self.residual_bound, lambda idx: np.zeros(len(idx)))
-        return residual_logits(base, self.residual_bound,
-                               lambda idx: self.predict(node_features(idx), pod_features))
-
-    def residual_columns(self, base: np.ndarray, node_features: Callable[[np.ndarray, np.ndarray], np.ndarray],
-                         pod_features: np.ndarray, unused: Callable[[np.ndarray], np.ndarray] | None = None
-                         ) -> np.ndarray:
-        """:meth:`residual` with ``node_features(idx, columns)`` asked only for :attr:`columns`.
-
-        ``unused(idx)``: which candidates are unused nodes (the ``node_unused`` feature). With
-        ``gate_unused`` a linear correction gives every unused node the same constant, so their
-        features are never built: early in a run most of FGD's near-best nodes are empty."""
-        if self._fgd_only(pod_features):
-            return residual_logits(base, self.residual_bound, lambda idx: np.zeros(len(idx)))
-        if unused is None or not (self.linear and self.gate_unused):
-            return residual_logits(base, self.residual_bound,
-                                   lambda idx: self.predict(node_features(idx, self.columns), pod_features))
-
-        def correction(idx: np.ndarray) -> np.ndarray:
-            g = np.full(idx.size, self._g_unused)
-            used = np.flatnonzero(~unused(idx))
-            if used.size:
-                g[used] = self.predict(node_features(idx[used], self.columns), pod_features)
-            return g
-
-        return residual_logits(base, self.residual_bound, correction)
-
-    def _fgd_only(self, pod_features: np.ndarray) -> bool:
-        """``g ≡ 0`` for this pod (no node features needed): ``gate_constrained`` and a model-constrained
-        pod, or ``gate_gpu_pods`` and a pod that asks for a GPU."""
-        return ((self.gate_constrained and bool(pod_features[CONSTRAINED] > 0))
-                or (self.gate_gpu_pods and not bool(pod_features[CPU_ONLY] > 0)))
-
-    def predict(self, node_features: np.ndarray, pod_features: np.ndarray) -> np.ndarray:
-        """The correction ``g`` (the raw network output) of each given node."""
-        if self._fgd_only(pod_features):
-            return np.zeros(len(node_features))
-        if self.linear:
-            # (x − mean) · inv_std · w over the used columns, folded into one weight vector and a bias.
-            return self._gate(node_features, (node_features[:, self._used] @ self._w_used + self._b_used
-                                              ).astype(np.float64))
-        x = (node_features - self.mean) * self.inv_std
-        ctx = np.concatenate([x.mean(axis=0), x.max(axis=0)])
-        # The pod and context terms are the same for every node: one (H,) vector added to all rows.
-        shared = pod_features @ self.w_pod + ctx @ self.w_ctx + self.b0
-        h = np.tanh(x @ self.w_node + shared)
-        h = np.tanh(h @ self.w1 + self.b1)
-        out = self.mlp_scale * (h @ self.w2 + self.b2) + x @ self.w_lin
-        return self._gate(node_features, out[:, 0].astype(np.float64))
-
-    def _gate(self, node_features: np.ndarray, g: np.ndarray) -> np.ndarray:
-        if not self.gate_unused:
-            return g
-        return np.where(node_features[:, UNUSED] == 1.0, self._g_unused, g)

@@ -1,8 +1,8 @@
 """Replay selection: before the correction serves a prepared workload, check on replays of that
 workload that it places more than FGD alone; otherwise FGD places every pod.
 
-A learned correction that beats FGD on average can still lose on a particular workload (session 8:
-behind FGD on 3 of 9 held-out openb lists, by 0.015–0.19 points). The scheduler knows its target
+A learned correction that beats FGD on average can still lose on a particular workload (without
+replays, behind FGD on 3 of 9 held-out openb lists, by 0.015–0.19 points). The scheduler knows its target
 workload once prepared, and it has a simulator: so it replays the workload ``replays`` times on a
 copy of the cluster — pods drawn at random from the workload until their GPU request reaches the
 cluster's free GPU capacity (CPU on a CPU-only cluster), the same draws for both — once with FGD and

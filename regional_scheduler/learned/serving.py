@@ -25,7 +25,7 @@ so the model only ranks feasible nodes and can never break a hard constraint. Ar
 - **Shadow mode.** :class:`ShadowPolicy` lets the active policy decide and runs the learned one beside
   it, recording both choices and whether they agree (``meridian_placement_shadow_decisions_total``).
 
-The hot path is numpy (:class:`~regional_scheduler.learned.policy.NumpyPlacementNet`), one pass over
+The hot path is numpy (:class:`~regional_scheduler.learned.numpy_policy.NumpyPlacementNet`), one pass over
 all candidate nodes.
 """
 
@@ -48,14 +48,11 @@ from pydantic import BaseModel, Field
 from meridian.cluster_state import ClusterState
 from meridian.model import Pod
 from regional_scheduler.framework import select_best
+from regional_scheduler.learned.checkpoint import CheckpointError, load_checkpoint
 from regional_scheduler.learned.defaults import DEFAULT_CHECKPOINT
 from regional_scheduler.learned.features import FeatureBuilder
-from regional_scheduler.learned.policy import (
-    CheckpointError,
-    NumpyPlacementNet,
-    PlacementNet,
-    load_checkpoint,
-)
+from regional_scheduler.learned.numpy_policy import NumpyPlacementNet
+from regional_scheduler.learned.policy import PlacementNet
 from regional_scheduler.learned.replay import ReplayResult, memoised_replay
 from regional_scheduler.policies.base import (
     ObservesUnschedulable,

@@ -1,4 +1,4 @@
-"""The rollout (lookahead) teacher over FGD (``docs/bench-learned.md`` §0e), on real components."""
+"""The rollout (lookahead) teacher over FGD (``docs/history/bench-learned-diary.md``), on real components."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``meridian bench api`` end to end at a small rate: real server process, real client processes, real Redis.
 
-The latency target lives in the benchmark (docs/benchmarks.md); here only what must always hold: every
+The latency target lives in the benchmark (docs/results-api.md); here only what must always hold: every
 accepted workload is dispatched exactly once, and the server runs with the configured switch interval.
 """
 

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from global_scheduler.routing.base import DEFER, NO_CLUSTER, Router, RoutingStageError, select
+from global_scheduler.routing.feasibility import feasible_mask
 from global_scheduler.routing.registry import BASELINES, get_policy, names
-from gnn.features import ClusterFeatures, WorkloadFeatures, available_replicas, feasible_mask
+from meridian.routing_domain import ClusterFeatures, WorkloadFeatures, available_replicas
 
 GIB = 2**30
 
@@ -133,7 +134,8 @@ def test_stage_errors_name_the_stage() -> None:
 
 def test_gnn_shield_keeps_running_slos() -> None:
     from global_scheduler.routing.gnn_routing import GnnRouting
-    from gnn.policy import GnnRoutingNet, set_random_seed
+    from gnn.policy import GnnRoutingNet
+    from meridian.seeding import set_random_seed
 
     set_random_seed(0)
     c = clusters()

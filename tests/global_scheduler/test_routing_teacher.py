@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from global_scheduler.federation_sim import TRAIN_REGIONS, FederationConfig, FederationSim, _Pending
+from global_scheduler.routing.feasibility import feasible_mask
 from global_scheduler.routing_training import room_by_hour, teacher_scores
-from gnn.features import crit_utilisation, feasible_mask, slo_ceiling_loss
+from meridian.routing_domain import crit_utilisation, slo_ceiling_loss
 
 CLEAN, DIRTY = 0, 1  # region indices of eu-north and eu-central
 

@@ -22,8 +22,8 @@ from global_scheduler.routing.registry import get_policy
 from global_scheduler.routing_pass import PassItem, RoutingWorker, decide_pass
 from global_scheduler.scheduler import GlobalScheduler
 from global_scheduler.settings import GlobalSchedulerSettings
-from gnn.features import WorkloadFeatures
 from meridian.bus import open_bus
+from meridian.routing_domain import WorkloadFeatures
 from protos import global_api_pb2 as api
 from protos import telemetry_pb2 as tpb
 from tests.global_api_helpers import AUTH, spec, wait_for, wait_state

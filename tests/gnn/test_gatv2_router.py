@@ -9,10 +9,12 @@ import pytest
 import torch
 
 from gnn.buffers import DecisionBuffer, DecisionSample
-from gnn.features import CLUSTER_FEATURES, WORKLOAD_FEATURES, ClusterFeatures, WorkloadFeatures
+from gnn.features import CLUSTER_FEATURES, WORKLOAD_FEATURES
 from gnn.graph import cluster_edges
-from gnn.policy import DEFAULT_CHECKPOINT, GnnRoutingNet, set_random_seed
+from gnn.policy import DEFAULT_CHECKPOINT, GnnRoutingNet
 from gnn.train import agreement, train_imitation
+from meridian.routing_domain import ClusterFeatures, WorkloadFeatures
+from meridian.seeding import set_random_seed
 
 GIB = 2**30
 torch.set_num_threads(1)  # the suite runs beside other workers on 2 cores

@@ -10,15 +10,10 @@ import pytest
 import torch
 
 from global_scheduler.routing.gnn_routing import LEGACY_SHIELD_MARGIN, GnnRouting
-from gnn.features import (
-    CLUSTER_FEATURES,
-    ClusterFeatures,
-    WorkloadFeatures,
-    cluster_matrix,
-    cluster_matrix_batch,
-    slo_ceiling_loss,
-)
-from gnn.policy import GnnRoutingNet, set_random_seed
+from gnn.features import CLUSTER_FEATURES, cluster_matrix, cluster_matrix_batch
+from gnn.policy import GnnRoutingNet
+from meridian.routing_domain import ClusterFeatures, WorkloadFeatures, slo_ceiling_loss
+from meridian.seeding import set_random_seed
 
 GIB = 2**30
 torch.set_num_threads(1)

@@ -99,3 +99,28 @@ def test_simulator_regions_are_the_core_type() -> None:
     from meridian.regions import Region
 
     assert REGIONS and all(isinstance(r, Region) for r in REGIONS.values())
+
+
+# Routing's domain (the cluster and workload snapshots a routing decision reads, and the latency model) is
+# shared by the global tier and the GNN's input encoding; since gnn may not import global_scheduler, it lives
+# in the core (meridian.routing_domain). The filters only routing applies live in its package. gnn owns the
+# network, its graph, its input encoding and its training, and defines none of these.
+ROUTING_CONCEPTS: dict[str, str] = {
+    **dict.fromkeys(("ClusterFeatures", "WorkloadFeatures", "available_replicas", "utilisation_after", "latency_ms",
+                     "crit_utilisation", "slo_ceiling_loss"), "meridian/routing_domain.py"),
+    **dict.fromkeys(("feasible_mask", "slo_excess", "slo_safe"), "global_scheduler/routing/feasibility.py"),
+}
+
+
+def top_level_definitions(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return {node.name for node in tree.body if isinstance(node, ast.ClassDef | ast.FunctionDef)}
+
+
+def test_routing_domain_is_defined_once_outside_gnn() -> None:
+    homes: dict[str, list[str]] = {name: [] for name in ROUTING_CONCEPTS}
+    for package in PRODUCT:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for name in top_level_definitions(path) & set(ROUTING_CONCEPTS):
+                homes[name].append(str(path.relative_to(ROOT)))
+    assert homes == {name: [home] for name, home in ROUTING_CONCEPTS.items()}

@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 
 from meridian.cluster_state import AllocationError, ClusterState
 from meridian.model import GIB, Node, Pod, Resources
+from regional_scheduler.filters import fit_resources
 
 
 def _cluster() -> ClusterState:
@@ -31,7 +32,7 @@ def test_allocate_release_conserve_and_never_exceed_allocatable(ops: list[tuple[
     initial = state.copy()
     placed = []
     for pod, release_one in ops:
-        fit = np.flatnonzero(state.resource_fit_mask(pod))
+        fit = np.flatnonzero(fit_resources(state, pod) & state.schedulable)
         if fit.size:
             placement = state.choose_devices(int(fit[0]), pod)
             state.allocate(pod, placement)

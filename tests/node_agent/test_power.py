@@ -10,6 +10,7 @@ import pytest
 from meridian.power_model import (
     FAN_EXPONENT,
     GPU_PROFILES,
+    NodePowerModel,
     gpu_coefficients,
     gpu_power_watts,
     host_coefficients,
@@ -52,6 +53,19 @@ def test_host_profiles_are_the_documented_ones(vcpus: float, idle: float, peak: 
 def test_fan_curve(utilisation: float, expected_watts: float) -> None:
     assert FAN_EXPONENT == 1.4
     assert float(host_power_watts(utilisation, 120.0, 400.0)) == pytest.approx(expected_watts)
+
+
+def test_node_power_model_worked_example() -> None:
+    # node 0: 32 vCPUs (standard, 120/400 W) with two T4s (10/70 W); node 1: 8 vCPUs (small, 60/180 W), no GPU.
+    model = NodePowerModel.for_nodes(np.array([[32_000, 0, 2], [8_000, 0, 0]]), ["T4", ""])
+    assert model.gpu_exists.tolist() == [[True, True], [False, False]]
+    # node 0 at half its CPU with one board busy: 120 + 280·(1 − 0.5^1.4) + 70 + 10; node 1 empty.
+    used = np.array([[16_000, 0, 1], [0, 0, 0]])
+    expected_0 = 120.0 + 280.0 * (1.0 - 0.5**1.4) + 70.0 + 10.0
+    assert model.watts(used).tolist() == pytest.approx([expected_0, 0.0])  # empty nodes powered off
+    assert model.watts(used, power_off_empty=False).tolist() == pytest.approx([expected_0, 60.0])
+    assert model.watts_at(np.array([0.5, 0.0]), np.array([[1.0, 0.0], [0.0, 0.0]])).tolist() == pytest.approx(
+        [expected_0, 60.0])
 
 
 def test_gpu_power_is_linear_per_device_and_ignores_absent_slots() -> None:

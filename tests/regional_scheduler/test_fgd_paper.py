@@ -58,5 +58,5 @@ def test_unallocated_gpus_split_and_the_share_bound(default_input, fgd_42) -> No
     # No packing of the placed shares leaves less idle capacity on shared GPUs than the bound …
     assert at100["share_idle_bound_gpus"] <= at100["idle_partial_gpus"]
     # … and on `default` most of FGD's unallocated GPUs are that bound: the 0.19 GPU beside each of
-    # ~1,000 placed 0.81-GPU shares, with ~110 shares of ≤ 0.19 to fill them (docs/bench-learned.md §0l).
+    # ~1,000 placed 0.81-GPU shares, with ~110 shares of ≤ 0.19 to fill them (docs/results-learned-placement.md).
     assert 200 < at100["share_idle_bound_gpus"] < at100["idle_partial_gpus"] < unallocated

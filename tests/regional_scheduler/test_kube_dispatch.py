@@ -42,6 +42,22 @@ def bus(redis_url: str, key_prefix: str) -> Iterator[StreamBus]:
     b.close()
 
 
+@pytest.fixture(autouse=True)
+def nothing_left(kube_api: client.ApiClient, kube_namespace: str) -> Iterator[None]:
+    """Delete what a test dispatched, and wait until its pods are gone, before the next test: a Deployment
+    left to the namespace's deletion keeps making pods for a while, and other tests' schedulers see them."""
+    yield
+    client.AppsV1Api(kube_api).delete_collection_namespaced_deployment(kube_namespace)
+    client.BatchV1Api(kube_api).delete_collection_namespaced_job(kube_namespace, propagation_policy="Background")
+    core = client.CoreV1Api(kube_api)
+
+    def gone() -> bool:
+        core.delete_collection_namespaced_pod(kube_namespace, grace_period_seconds=0)
+        return not core.list_namespaced_pod(kube_namespace).items
+
+    wait_for(gone, timeout=60)
+
+
 @contextmanager
 def scheduling(plane: ControlPlane) -> Iterator[KubernetesScheduler]:
     """Meridian's regional scheduler binding the pods that ask for it (as the member runs it)."""

@@ -111,3 +111,10 @@ def test_killing_the_leader_mid_dispatch_creates_every_object_once(
                 except subprocess.TimeoutExpired:
                     proc.kill()
         client.AppsV1Api(kube_api).delete_collection_namespaced_deployment(kube_namespace)
+        core = client.CoreV1Api(kube_api)
+
+        def gone() -> bool:  # before the next test: its scheduler would see these pods come and go
+            core.delete_collection_namespaced_pod(kube_namespace, grace_period_seconds=0)
+            return not core.list_namespaced_pod(kube_namespace).items
+
+        wait_for(gone, timeout=60)

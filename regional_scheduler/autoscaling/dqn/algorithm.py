@@ -7,10 +7,10 @@ from collections.abc import Callable
 import torch
 from torch.nn import functional
 
+from meridian.seeding import set_random_seed
 from regional_scheduler.autoscaling.dqn.policy import QNetwork
 from regional_scheduler.autoscaling.dqn.replay_buffer import ReplayBuffer
 from regional_scheduler.autoscaling.env import AutoscaleEnv
-from regional_scheduler.autoscaling.seeding import set_random_seed
 
 
 class DQN:

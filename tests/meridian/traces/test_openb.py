@@ -37,6 +37,18 @@ def test_node_lists_match_readme() -> None:
     assert len(openb.load_nodes(OPENB / "openb_node_list_all_node.csv")) == 1523
 
 
+def test_node_shapes_are_the_node_list_as_arrays(tmp_path: Path) -> None:
+    path = tmp_path / "nodes.csv"
+    path.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,32000,1024,0,\nn1,96000,2048,8,V100M32\nn2,64000,512,0,T4\n")
+    shapes = openb.load_node_shapes(path)
+    assert len(shapes) == 3
+    assert shapes.alloc.tolist() == [[32000, 1024 * 2**20, 0], [96000, 2048 * 2**20, 8], [64000, 512 * 2**20, 0]]
+    assert shapes.gpu_model == ("", "V100M32", "")  # a node without GPUs has no board, whatever the column says
+    nodes = openb.load_nodes(OPENB / "openb_node_list_all_node.csv")
+    full = openb.load_node_shapes(OPENB / "openb_node_list_all_node.csv")
+    assert full.alloc.tolist() == [[n.capacity.milli_cpu, n.capacity.memory_bytes, n.capacity.gpu] for n in nodes]
+
+
 @pytest.mark.parametrize(
     ("body", "line", "column"),
     [

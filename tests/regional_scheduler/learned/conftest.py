@@ -9,7 +9,7 @@ import torch
 from openb_helpers import openb_slice
 
 from meridian.model import GIB, MIB, Node, Pod, Resources
-from regional_scheduler.learned.algorithm import set_random_seed
+from meridian.seeding import set_random_seed
 from regional_scheduler.learned.policy import PlacementNet
 
 

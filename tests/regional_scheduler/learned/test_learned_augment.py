@@ -12,6 +12,12 @@ import torch
 from meridian.cluster_state import ClusterState
 from meridian.model import GIB, Node, Pod, Resources
 from regional_scheduler.learned.augment import augmented_pod_list, constrain_gpu_models, model_capacity
+from regional_scheduler.learned.checkpoint import (
+    CHECKPOINT_VERSION,
+    CheckpointError,
+    load_checkpoint,
+    upgrade_profiles,
+)
 from regional_scheduler.learned.features import (
     FEATURE_LAYOUT,
     IDX,
@@ -20,13 +26,7 @@ from regional_scheduler.learned.features import (
     FeatureBuilder,
     model_pressure,
 )
-from regional_scheduler.learned.policy import (
-    CHECKPOINT_VERSION,
-    CheckpointError,
-    PlacementNet,
-    load_checkpoint,
-    upgrade_profiles,
-)
+from regional_scheduler.learned.policy import PlacementNet
 
 NEW = ("model_pressure", "model_pressure_free_pod")
 

@@ -1,5 +1,5 @@
-"""The CPU profile's training options (session 3): a Gini cap in the reward, the feature subset and
-the MLP layers a policy search may move; (session 4) a cap on a batch's *mean* Gini."""
+"""The CPU profile's training options: a Gini cap in the reward, the feature subset and
+the MLP layers a policy search may move; a cap on a batch's *mean* Gini."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ from regional_scheduler.learned.algorithm import (
 )
 from regional_scheduler.learned.commands import cpu_mean_cap, cpu_reward_config
 from regional_scheduler.learned.features import IDX, N_NODE
-from regional_scheduler.learned.policy import NumpyPlacementNet, PlacementNet
+from regional_scheduler.learned.numpy_policy import NumpyPlacementNet
+from regional_scheduler.learned.policy import PlacementNet
 from regional_scheduler.learned.reward import CPU_REWARD, RewardConfig, terminal_reward
 
 

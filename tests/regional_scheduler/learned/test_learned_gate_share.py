@@ -1,5 +1,5 @@
 """``gate_share``: a workload whose GPU pods are model-constrained at or above the profile's share is
-left to FGD entirely (session 8, ``docs/bench-learned.md`` §0j)."""
+left to FGD entirely (``docs/results-learned-placement.md``)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from meridian.model import Pod
 from meridian.traces import openb
 from regional_scheduler.framework import Scheduler
 from regional_scheduler.learned.augment import spec_like_pod_list
+from regional_scheduler.learned.checkpoint import load_checkpoint, save_checkpoint
 from regional_scheduler.learned.explain import explain
 from regional_scheduler.learned.features import constrained_share
-from regional_scheduler.learned.policy import PlacementNet, load_checkpoint, save_checkpoint
+from regional_scheduler.learned.policy import PlacementNet
 from regional_scheduler.learned.serving import (
     DEFAULT_CHECKPOINT,
     LearnedPolicy,

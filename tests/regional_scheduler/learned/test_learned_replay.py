@@ -1,4 +1,4 @@
-"""Replay selection (session 9): a prepared workload's replays decide whether the correction serves."""
+"""Replay selection: a prepared workload's replays decide whether the correction serves."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from meridian.traces import openb
 from regional_scheduler.bench_placement import BenchInput, run_one, summarize
 from regional_scheduler.framework import Scheduler
 from regional_scheduler.learned import replay as replay_module
+from regional_scheduler.learned.checkpoint import load_checkpoint, save_checkpoint
 from regional_scheduler.learned.explain import explain
 from regional_scheduler.learned.features import IDX, N_NODE
-from regional_scheduler.learned.policy import PlacementNet, load_checkpoint, save_checkpoint
+from regional_scheduler.learned.policy import PlacementNet
 from regional_scheduler.learned.replay import replay_arrivals
 from regional_scheduler.learned.serving import LearnedPolicy, LearnedScorer, ServingSettings
 from regional_scheduler.policies.fgd import FgdPolicy

@@ -17,16 +17,14 @@ from meridian.traces import openb
 from regional_scheduler.bench_placement import BenchInput, run_one
 from regional_scheduler.filters import run_filters
 from regional_scheduler.framework import Scheduler
+from regional_scheduler.learned.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from regional_scheduler.learned.features import IDX, N_NODE, FeatureBuilder
+from regional_scheduler.learned.numpy_policy import NumpyPlacementNet
 from regional_scheduler.learned.policy import (
     CONSTRAINED,
     CPU_ONLY,
-    CheckpointError,
-    NumpyPlacementNet,
     PlacementNet,
-    load_checkpoint,
     residual_logits,
-    save_checkpoint,
 )
 from regional_scheduler.learned.serving import LearnedPolicy, LearnedScorer, ServingSettings
 from regional_scheduler.policies.fgd import FgdPolicy

@@ -12,14 +12,14 @@ import torch
 from meridian.cluster_state import ClusterState
 from meridian.model import GIB, Node, Pod, Resources
 from regional_scheduler.framework import Scheduler
-from regional_scheduler.learned import policy as policy_module
-from regional_scheduler.learned.features import FEATURE_LAYOUT, N_NODE, N_POD, FeatureBuilder
-from regional_scheduler.learned.policy import (
+from regional_scheduler.learned import checkpoint as checkpoint_module
+from regional_scheduler.learned.checkpoint import (
     CheckpointError,
-    NumpyPlacementNet,
     load_checkpoint,
     save_checkpoint,
 )
+from regional_scheduler.learned.features import FEATURE_LAYOUT, N_NODE, N_POD, FeatureBuilder
+from regional_scheduler.learned.numpy_policy import NumpyPlacementNet
 from regional_scheduler.learned.serving import (
     FALLBACKS,
     LearnedPolicy,
@@ -102,7 +102,7 @@ def test_mismatched_checkpoint_is_refused(tmp_path: Path, untrained_nets, tamper
 def test_pickled_objects_are_not_loaded(tmp_path: Path) -> None:
     # weights_only=True refuses arbitrary objects: a checkpoint cannot run code on load.
     path = tmp_path / "evil.pt"
-    torch.save({"version": policy_module.CHECKPOINT_VERSION, "profiles": {}, "x": ServingSettings()}, path)
+    torch.save({"version": checkpoint_module.CHECKPOINT_VERSION, "profiles": {}, "x": ServingSettings()}, path)
     with pytest.raises(CheckpointError, match="cannot read"):
         load_checkpoint(path)
 

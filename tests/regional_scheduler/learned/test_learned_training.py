@@ -9,7 +9,7 @@ import pytest
 
 from regional_scheduler.learned.algorithm import rollout, seed_episodes, train_profile
 from regional_scheduler.learned.env import PlacementEnv, seed_episode
-from regional_scheduler.learned.policy import NumpyPlacementNet
+from regional_scheduler.learned.numpy_policy import NumpyPlacementNet
 from regional_scheduler.learned.reward import CPU_REWARD, RewardConfig, band
 
 

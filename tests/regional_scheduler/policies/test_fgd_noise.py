@@ -14,7 +14,7 @@ from meridian.fragmentation import TargetWorkload
 from meridian.traces import openb
 from regional_scheduler.filters import run_filters
 from regional_scheduler.framework import Scheduler
-from regional_scheduler.policies import fgd
+from regional_scheduler.policies import fgd, fgd_score
 
 
 def test_warm_and_cold_fgd_score_every_node_alike_on_openb() -> None:
@@ -43,8 +43,8 @@ def test_warm_and_cold_fgd_score_every_node_alike_on_openb() -> None:
 
 def test_noise_sized_deltas_are_quantised_away() -> None:
     noisy = np.array([3.4e-13, -2e-14, 0.0, 1e-4 + 3e-14, -1e-4 - 3e-14])
-    assert np.array_equal(fgd._quantise(noisy), [0, 0, 0, 1e-4, -1e-4])
-    score = np.floor(fgd._sigmoid(-fgd._quantise(np.array([3.4e-13, -3.4e-13])) / 1000.0) * 100)
+    assert np.array_equal(fgd_score.quantise(noisy), [0, 0, 0, 1e-4, -1e-4])
+    score = np.floor(fgd_score.sigmoid(-fgd_score.quantise(np.array([3.4e-13, -3.4e-13])) / 1000.0) * 100)
     assert list(score) == [50, 50]
 
 
