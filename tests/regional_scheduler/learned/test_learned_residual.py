@@ -9,7 +9,6 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_learned_serving import _decide
 
 from meridian.cluster_state import ClusterState
 from meridian.model import Node, Pod
@@ -28,6 +27,7 @@ from regional_scheduler.learned.policy import (
 )
 from regional_scheduler.learned.serving import LearnedPolicy, LearnedScorer, ServingSettings
 from regional_scheduler.policies.fgd import FgdPolicy
+from tests.placement_helpers import decide_each
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_zero_correction_is_fgd(openb_slice) -> None:
         net.heuristic_head.weight.normal_()  # whatever the network was, zeroing the correction gives FGD
     net.zero_correction()
     learned = LearnedPolicy(ServingSettings(enforce_budget=False), scorer=LearnedScorer({"gpu": net}))
-    assert _decide(learned, nodes, workload, arrivals) == _decide(FgdPolicy(), nodes, workload, arrivals)
+    assert decide_each(learned, nodes, workload, arrivals) == decide_each(FgdPolicy(), nodes, workload, arrivals)
 
 
 @pytest.mark.parametrize("bound", [0.45, 0.95])
@@ -144,10 +144,10 @@ def test_budget_counted_not_enforced(untrained_nets, small_gpu_cluster, small_wo
     counted = LearnedPolicy(ServingSettings(budget_ms=1e-6, enforce_budget=False),
                             scorer=LearnedScorer(untrained_nets))
     enforced = LearnedPolicy(ServingSettings(budget_ms=1e-6), scorer=LearnedScorer(untrained_nets))
-    model = _decide(generous, small_gpu_cluster, small_workload, small_workload)
-    assert _decide(counted, small_gpu_cluster, small_workload, small_workload) == model  # the model decided
+    model = decide_each(generous, small_gpu_cluster, small_workload, small_workload)
+    assert decide_each(counted, small_gpu_cluster, small_workload, small_workload) == model  # the model decided
     assert counted.over_budget == len(small_workload) and counted.fallback_count == {}
-    _decide(enforced, small_gpu_cluster, small_workload, small_workload)
+    decide_each(enforced, small_gpu_cluster, small_workload, small_workload)
     assert enforced.over_budget == len(small_workload)
     assert enforced.fallback_count == {"timeout": len(small_workload)}
 

@@ -28,6 +28,7 @@ from regional_scheduler.learned.serving import (
     ShadowPolicy,
 )
 from regional_scheduler.policies.fgd import FgdPolicy
+from tests.placement_helpers import decide_each
 
 
 def _fallbacks(reason: str) -> float:
@@ -107,20 +108,6 @@ def test_pickled_objects_are_not_loaded(tmp_path: Path) -> None:
         load_checkpoint(path)
 
 
-def _decide(policy, cluster: list[Node], workload: list[Pod], arrivals: list[Pod] | None = None) -> list[int | None]:
-    """Place ``arrivals`` (default: the workload itself) one by one; the node each went to, None if none."""
-    scheduler = Scheduler(policy)
-    state = ClusterState.from_nodes(cluster)
-    scheduler.prepare(state, workload)
-    nodes = []
-    for pod in workload if arrivals is None else arrivals:
-        placement = scheduler.place(state, pod)
-        nodes.append(None if placement is None else placement.node)
-        if placement is not None:
-            state.allocate(pod, placement)
-    return nodes
-
-
 class _Broken(LearnedScorer):
     def score(self, state, pod, nodes):
         raise RuntimeError("model exploded")
@@ -162,9 +149,9 @@ def test_fallback_to_fgd_is_counted_and_logged(make, reason: str, tmp_path: Path
     before = _fallbacks(reason)
     with caplog.at_level(logging.DEBUG, logger="regional_scheduler.learned.serving"):
         policy = make(untrained_nets, tmp_path)
-        decisions = _decide(policy, small_gpu_cluster, small_workload)
+        decisions = decide_each(policy, small_gpu_cluster, small_workload)
     # Every decision is FGD's, and every one is counted under the reason.
-    assert decisions == _decide(FgdPolicy(), small_gpu_cluster, small_workload)
+    assert decisions == decide_each(FgdPolicy(), small_gpu_cluster, small_workload)
     assert _fallbacks(reason) - before == len(small_workload)
     assert policy.fallback_count == {reason: len(small_workload)}
     assert any("fell back to fgd" in r.message and reason in r.message for r in caplog.records)
@@ -173,9 +160,9 @@ def test_fallback_to_fgd_is_counted_and_logged(make, reason: str, tmp_path: Path
 def test_shadow_mode_records_both_choices(untrained_nets, small_gpu_cluster, small_workload) -> None:
     learned = LearnedPolicy(scorer=LearnedScorer(untrained_nets))
     shadow = ShadowPolicy(FgdPolicy(), learned)
-    decisions = _decide(shadow, small_gpu_cluster, small_workload)
+    decisions = decide_each(shadow, small_gpu_cluster, small_workload)
     # The live decisions are the active policy's, untouched by the shadow.
-    assert decisions == _decide(FgdPolicy(), small_gpu_cluster, small_workload)
+    assert decisions == decide_each(FgdPolicy(), small_gpu_cluster, small_workload)
     assert len(shadow.records) == shadow.n_decisions == len(small_workload)
     assert [r.active_node for r in shadow.records] == decisions
     assert shadow.agreement == sum(r.agree for r in shadow.records) / len(small_workload)
