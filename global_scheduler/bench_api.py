@@ -836,6 +836,9 @@ def run_ha_api_bench(*, redis_url: str, rate: float = 500.0, duration_s: float =
         "lost": len(accepted - held), "dispatched_entries": entries, "dispatched_unique": len(places),
         "dispatched_twice": len(twice), "dispatched_twice_ids": twice[:20],
         "missing": len(accepted - set(places)),
+        # Made durable by the leader that was killed before its answer reached the client (counted among the
+        # errors): not lost, and dispatched once like any other; a client retrying with its key gets it.
+        "dispatched_unacknowledged": len(set(places) - accepted),
         # Made durable (DISPATCHED) by the killed leader, which died before publishing them: the crash between
         # the durable write and the publish that reconciliation heals (same attempt) once a summary made after
         # reconcile.grace_s shows the cluster does not hold them (this run's synthetic clusters report once).
