@@ -706,6 +706,14 @@ def _ha_client_main(ports: list[int], rate: float, duration_s: float, index: int
     out_q.put({"calls": calls, "sent": n, "elapsed": time.perf_counter() - t_start})
 
 
+def _latency_window(ok: list[Any], lo: float, hi: float) -> dict[str, float | int]:
+    """p50/p99 (ms) of the acknowledged calls (sent, answered, …) sent in [lo, hi)."""
+    ms = np.array([(c[1] - c[0]) * 1000 for c in ok if lo <= c[0] < hi])
+    if not ms.size:
+        return {"calls": 0}
+    return {"calls": int(ms.size), "p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99))}
+
+
 def run_ha_api_bench(*, redis_url: str, rate: float = 500.0, duration_s: float = 10.0, clients: int = 2,
                      clusters: int = 10, policy: str = "gnn", kill_leader_at: float = 0.5,
                      lease_duration_s: float = 5.0, gil_switch_interval_ms: float | None = 0.5,
@@ -821,10 +829,7 @@ def run_ha_api_bench(*, redis_url: str, rate: float = 500.0, duration_s: float =
     recovered_at = after[0] if after else float("inf")
 
     def window(lo: float, hi: float) -> dict[str, float | int]:
-        ms = np.array([(c[1] - c[0]) * 1000 for c in ok if lo <= c[0] < hi])
-        if not ms.size:
-            return {"calls": 0}
-        return {"calls": int(ms.size), "p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99))}
+        return _latency_window(ok, lo, hi)
 
     return {
         "mode": "ha-kill-leader", "offered_per_s": rate, "duration_s": duration_s, "clients": clients,
