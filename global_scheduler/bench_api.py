@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,6 +125,28 @@ def _server_main(redis_url: str, prefix: str, policy: str, port_q: mp.Queue, sto
     running.stop(0.5)
 
 
+class Pacer:
+    """Open-loop pacing of a benchmark client: iterating waits until ``start_at`` (wall clock, so clients in
+    several processes start together), then yields 0, 1, 2 … at ``n / rate`` seconds after :attr:`t_start`
+    (``perf_counter``) for ``duration_s``, never waiting for answers; :attr:`sent` counts what it yielded."""
+
+    def __init__(self, start_at: float, rate: float, duration_s: float) -> None:
+        self.start_at, self.interval, self.duration_s = start_at, 1.0 / rate, duration_s
+        self.t_start = time.perf_counter()
+        self.sent = 0
+
+    def __iter__(self) -> Iterator[int]:
+        while time.time() < self.start_at:
+            time.sleep(0.001)
+        self.t_start = time.perf_counter()
+        while (offset := self.sent * self.interval) < self.duration_s:
+            delay = self.t_start + offset - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            yield self.sent
+            self.sent += 1
+
+
 def _client_main(port: int, rate: float, duration_s: float, index: int, start_at: float, out_q: mp.Queue,
                  token: str | None = None, phase: str = "") -> None:
     import grpc
@@ -152,7 +175,7 @@ def _client_main(port: int, rate: float, duration_s: float, index: int, start_at
             w = fut.result()
             with lock:
                 latencies.append(dt)
-                sent_at.append(t0 - t_start)
+                sent_at.append(t0 - pacer.t_start)
                 ids.append(w.id)
         except grpc.RpcError as exc:
             with lock:
@@ -161,30 +184,18 @@ def _client_main(port: int, rate: float, duration_s: float, index: int, start_at
                 error_codes[code] = error_codes.get(code, 0) + 1
         inflight.release()
 
-    while time.time() < start_at:
-        time.sleep(0.001)
-    t_start = time.perf_counter()
-    n = 0
-    interval = 1.0 / rate
-    while True:
-        target = t_start + n * interval
-        now = time.perf_counter()
-        if target - t_start >= duration_s:
-            break
-        if target > now:
-            time.sleep(target - now)
+    pacer = Pacer(start_at, rate, duration_s)
+    for n in pacer:
         inflight.acquire()
         t0 = time.perf_counter()
         fut = stub.SubmitWorkload.future(api.SubmitWorkloadRequest(spec=spec, idempotency_key=f"{phase}c{index}-{n}"),
                                          timeout=30, metadata=metadata)
         fut.add_done_callback(lambda f, t0=t0: done(f, t0))
-        n += 1
     for _ in range(512):
         inflight.acquire()
     channel.close()
     out_q.put({"latencies": latencies, "sent_at": sent_at, "ids": ids, "errors": errors, "error_codes": error_codes,
-               "sent": n,
-               "elapsed": time.perf_counter() - t_start})
+               "sent": pacer.sent, "elapsed": time.perf_counter() - pacer.t_start})
 
 
 def publish_clusters(redis_url: str, prefix: str, clusters: int) -> None:
@@ -679,18 +690,8 @@ def _ha_client_main(ports: list[int], rate: float, duration_s: float, index: int
             calls.append(record)
         inflight.release()
 
-    while time.time() < start_at:
-        time.sleep(0.001)
-    t_start = time.perf_counter()
-    n = 0
-    interval = 1.0 / rate
-    while True:
-        at = t_start + n * interval
-        now = time.perf_counter()
-        if at - t_start >= duration_s:
-            break
-        if at > now:
-            time.sleep(at - now)
+    pacer = Pacer(start_at, rate, duration_s)
+    for n in pacer:
         inflight.acquire()
         with lock:
             used = target[0]
@@ -698,12 +699,11 @@ def _ha_client_main(ports: list[int], rate: float, duration_s: float, index: int
         fut = stubs[used].SubmitWorkload.future(
             api.SubmitWorkloadRequest(spec=spec, idempotency_key=f"ha-c{index}-{n}"), timeout=30)
         fut.add_done_callback(lambda f, t0=t0, used=used: done(f, t0, used))
-        n += 1
     for _ in range(512):
         inflight.acquire()
     for channel in channels:
         channel.close()
-    out_q.put({"calls": calls, "sent": n, "elapsed": time.perf_counter() - t_start})
+    out_q.put({"calls": calls, "sent": pacer.sent, "elapsed": time.perf_counter() - pacer.t_start})
 
 
 def _latency_window(ok: list[Any], lo: float, hi: float) -> dict[str, float | int]:

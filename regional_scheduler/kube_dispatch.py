@@ -414,8 +414,8 @@ class KubeDispatchWorker:
                  msg.attempt, deleted, msg.reason)
         return [self._event(msg.workload_id, msg.attempt, dpb.PLACEMENT_PHASE_RELEASED, reason=msg.reason)]
 
-    def handle(self, entry: StreamEntry) -> list[bytes]:
-        msg = dpb.DispatchMessage.FromString(entry.payload)
+    def apply(self, msg: dpb.DispatchMessage) -> list[bytes]:
+        """Apply one dispatch message; its events. ValueError for a message that says nothing applicable."""
         action = msg.WhichOneof("action")
         if action == "place":
             if not msg.place.workload_id or msg.place.replicas < 1:
@@ -439,13 +439,16 @@ class KubeDispatchWorker:
                                            block_ms=self.settings.block_ms if block_ms is None else block_ms)
         self._gauges.maybe_update()
         # One workload's entries in order; different workloads side by side (each apply is a round trip).
-        by_workload: dict[str, list[StreamEntry]] = {}
+        # Each entry is decoded once, here; those that do not decode are dead-lettered, in a group of their own.
+        by_workload: dict[str, list[tuple[StreamEntry, dpb.DispatchMessage | None]]] = {}
         for entry in entries:
-            by_workload.setdefault(_workload_of(entry), []).append(entry)
+            msg = _decoded(entry)
+            by_workload.setdefault(_workload_of(msg), []).append((entry, msg))
         results = list(self._pool.map(self._apply_in_order, by_workload.values()))
         out = [event for events, _, _ in results for event in events]
         done = [entry_id for _, ids, _ in results for entry_id in ids]
-        left = sorted((e for _, _, rest in results for e in rest), key=lambda e: _entry_order(e.entry_id))
+        waiting = {e.entry_id for _, _, rest in results for e in rest}
+        left = [e for e in entries if e.entry_id in waiting]  # in stream order
         if out:
             self.bus.publish_many(self.events, out, maxlen=self.settings.events_maxlen)
         if done:
@@ -455,16 +458,19 @@ class KubeDispatchWorker:
             raise ApiServerUnavailableError(f"{len(left)} dispatch entries wait for the API server")
         return len(done)
 
-    def _apply_in_order(self, entries: list[StreamEntry]) -> tuple[list[bytes], list[str], list[StreamEntry]]:
+    def _apply_in_order(self, items: list[tuple[StreamEntry, dpb.DispatchMessage | None]]
+                        ) -> tuple[list[bytes], list[str], list[StreamEntry]]:
         """Apply one workload's entries in order: (events, entries done, entries left for the API server)."""
         out: list[bytes] = []
         done: list[str] = []
-        for i, entry in enumerate(entries):
+        for i, (entry, msg) in enumerate(items):
             try:
-                out.extend(self.handle(entry))
+                if msg is None:
+                    raise ValueError("not a DispatchMessage")
+                out.extend(self.apply(msg))
             except ApiServerUnavailableError as exc:
                 log.debug("%s: %s", self.cluster, exc)
-                return out, done, entries[i:]
+                return out, done, [e for e, _ in items[i:]]
             except Exception as exc:
                 self.bus.dead_letter(self.stream, entry, reason=f"cannot apply: {exc}", group=GROUP,
                                      consumer=self.consumer)
@@ -602,19 +608,19 @@ class KubeDispatchWorker:
         return failures + 1
 
 
-def _workload_of(entry: StreamEntry) -> str:
-    """The workload an entry is about ("" for one that does not decode: handled, and dead-lettered, alone)."""
+def _decoded(entry: StreamEntry) -> dpb.DispatchMessage | None:
     try:
-        msg = dpb.DispatchMessage.FromString(entry.payload)
-    except Exception:
+        return dpb.DispatchMessage.FromString(entry.payload)
+    except Exception:  # protobuf's DecodeError, or worse: dead-lettered by the caller
+        return None
+
+
+def _workload_of(msg: dpb.DispatchMessage | None) -> str:
+    """The workload a message is about ("" for none: such entries are handled, and dead-lettered, together)."""
+    if msg is None:
         return ""
     action = msg.WhichOneof("action")
     return msg.place.workload_id if action == "place" else msg.release.workload_id if action == "release" else ""
-
-
-def _entry_order(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms or 0), int(seq or 0)
 
 
 def _status_message(exc: ApiException) -> str:

@@ -4,7 +4,6 @@ control plane (``meridian.envtest``) for tests marked ``kubernetes``."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
@@ -17,13 +16,14 @@ from pathlib import Path
 
 import pytest
 import redis
-from kubernetes.client import ApiClient, CoreV1Api
-from kubernetes.client.exceptions import ApiException
+from kubernetes.client import ApiClient
 
 from meridian import envtest
+from meridian.bus import StreamBus, open_bus
 from meridian.bus.cleanup import delete_key_prefix
 from meridian.envtest import ControlPlane
 from meridian.traces import TracesNotFoundError, locate_traces
+from tests.kube_helpers import fresh_namespace
 from tests.redis_helpers import free_port
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -95,6 +95,14 @@ class RedisServer:
 
 
 @pytest.fixture
+def redis_bus(redis_url: str, key_prefix: str) -> Iterator[StreamBus]:
+    """A Redis stream bus under the test's key prefix, closed afterwards."""
+    bus = open_bus(redis_url, key_prefix=key_prefix)
+    yield bus
+    bus.close()
+
+
+@pytest.fixture
 def redis_server() -> Iterator[RedisServer]:
     server = RedisServer()
     server.start()
@@ -133,17 +141,6 @@ def kube_api(kube_control_plane: ControlPlane) -> Iterator[ApiClient]:
 
 @pytest.fixture
 def kube_namespace(kube_api: ApiClient) -> Iterator[str]:
-    """A fresh namespace, deleted after the test (its pods first, with grace period 0: without a
-    kubelet nothing confirms a graceful deletion, so they would stay Terminating)."""
-    core = CoreV1Api(kube_api)
-    name = f"meridian-test-{uuid.uuid4().hex[:10]}"
-    core.create_namespace({"metadata": {"name": name}})
-    # Pods need the namespace's "default" ServiceAccount, which kube-controller-manager creates a
-    # moment later; creating it here removes that race (a conflict means the controller was first).
-    with contextlib.suppress(ApiException):
-        core.create_namespaced_service_account(name, {"metadata": {"name": "default"}})
-    yield name
-    with contextlib.suppress(ApiException):
-        core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
-    with contextlib.suppress(ApiException):
-        core.delete_namespace(name)
+    """A fresh namespace, deleted after the test (:func:`tests.kube_helpers.fresh_namespace`)."""
+    with fresh_namespace(kube_api) as name:
+        yield name

@@ -2,17 +2,39 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from kubernetes.client import ApiClient, CoreV1Api
+from kubernetes.client.exceptions import ApiException
 
 from meridian.envtest import NodeSpec, create_ready_nodes, delete_nodes, wait_for
 
-__all__ = ["NodeSpec", "bind_pod", "create_ready_nodes", "delete_nodes", "pending_pod", "ready_nodes",
+__all__ = ["NodeSpec", "bind_pod", "create_ready_nodes", "delete_nodes", "fresh_namespace", "pending_pod", "ready_nodes",
            "wait_for"]
+
+
+@contextmanager
+def fresh_namespace(api: ApiClient) -> Iterator[str]:
+    """A new namespace, deleted afterwards (its pods first, with grace period 0: without a kubelet nothing
+    confirms a graceful deletion, so they would stay Terminating)."""
+    core = CoreV1Api(api)
+    name = f"meridian-test-{uuid.uuid4().hex[:10]}"
+    core.create_namespace({"metadata": {"name": name}})
+    # Pods need the namespace's "default" ServiceAccount, which kube-controller-manager creates a
+    # moment later; creating it here removes that race (a conflict means the controller was first).
+    with contextlib.suppress(ApiException):
+        core.create_namespaced_service_account(name, {"metadata": {"name": "default"}})
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(ApiException):
+            core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+        with contextlib.suppress(ApiException):
+            core.delete_namespace(name)
 
 
 @contextmanager

@@ -274,14 +274,18 @@ class Load:
 
     def start(self) -> None:
         for i in range(self.threads):
-            t = threading.Thread(target=self._run, args=(self.keys[i::self.threads],), daemon=True)
+            t = threading.Thread(target=self._run, args=(i, self.keys[i::self.threads]), daemon=True)
             t.start()
             self._workers.append(t)
 
-    def _run(self, keys: list[str]) -> None:
+    def submit_one(self, thread: int, key: str) -> api.Workload:
+        """One acknowledged submission of ``key`` from client thread ``thread`` (an error ends that thread)."""
+        return submit(self.scheduler, key)
+
+    def _run(self, thread: int, keys: list[str]) -> None:
         for key in keys:
             try:
-                w = submit(self.scheduler, key)
+                w = self.submit_one(thread, key)
             except BaseException as exc:  # reported by join()
                 self.errors.append(exc)
                 return

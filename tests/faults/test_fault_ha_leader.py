@@ -11,7 +11,6 @@ its workloads once.
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -23,6 +22,7 @@ from protos import global_api_pb2 as api
 from tests.faults.conftest import Rig
 from tests.faults.harness import (
     RETRYABLE,
+    Load,
     SchedulerProcess,
     assert_dispatched_once,
     assert_held_once,
@@ -54,56 +54,29 @@ def leader_record(rig_redis) -> LeaderRecord | None:
 
 
 @dataclass
-class TwoReplicaLoad:
+class TwoReplicaLoad(Load):
     """Client threads, half of them on each replica; a call that fails UNAVAILABLE (the replica died, or no
     leader yet) is retried with the same key, on the other replica after a failure (as a Service would)."""
 
-    replicas: tuple[SchedulerProcess, SchedulerProcess]
-    keys: list[str]
+    replicas: tuple[SchedulerProcess, ...] = ()
     threads: int = 6
-    pace_s: float = 0.02
-    acknowledged: dict[str, str] = field(default_factory=dict)
     errors_seen: int = 0
-    failures: list[BaseException] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _workers: list[threading.Thread] = field(default_factory=list)
+    _on: dict[int, int] = field(default_factory=dict)  # client thread → the replica it sends to
 
-    def start(self) -> None:
-        for i in range(self.threads):
-            t = threading.Thread(target=self._run, args=(i % 2, self.keys[i::self.threads]), daemon=True)
-            t.start()
-            self._workers.append(t)
-
-    def _run(self, first: int, keys: list[str]) -> None:
-        which = first
-        for key in keys:
-            end = time.monotonic() + 60
-            while True:
-                try:
-                    w = self.replicas[which].stub().SubmitWorkload(
-                        api.SubmitWorkloadRequest(spec=workload_spec(key), idempotency_key=key), timeout=5)
-                    break
-                except grpc.RpcError as exc:
-                    with self._lock:
-                        self.errors_seen += 1
-                    if exc.code() not in RETRYABLE or time.monotonic() > end:
-                        self.failures.append(exc)
-                        return
-                    which = 1 - which
-                    time.sleep(0.05)
-            with self._lock:
-                self.acknowledged[key] = w.id
-            time.sleep(self.pace_s)
-
-    def snapshot(self) -> dict[str, str]:
-        with self._lock:
-            return dict(self.acknowledged)
-
-    def join(self, timeout_s: float) -> None:
-        for t in self._workers:
-            t.join(timeout=timeout_s)
-        assert not self.failures, self.failures
-        assert not any(t.is_alive() for t in self._workers), "submissions still running"
+    def submit_one(self, thread: int, key: str) -> api.Workload:
+        which = self._on.setdefault(thread, thread % 2)
+        end = time.monotonic() + 60
+        while True:
+            try:
+                return self.replicas[which].stub().SubmitWorkload(
+                    api.SubmitWorkloadRequest(spec=workload_spec(key), idempotency_key=key), timeout=5)
+            except grpc.RpcError as exc:
+                with self._lock:
+                    self.errors_seen += 1
+                if exc.code() not in RETRYABLE or time.monotonic() > end:
+                    raise
+                which = self._on[thread] = 1 - which
+                time.sleep(0.05)
 
 
 def test_kill_9_of_the_leader_under_load_fails_over_without_loss_or_double_dispatch(rig: Rig) -> None:
@@ -121,7 +94,7 @@ def test_kill_9_of_the_leader_under_load_fails_over_without_loss_or_double_dispa
     follower.wait_clusters(CLUSTERS)  # through the follower: forwarded to the leader
 
     keys = [f"order-{i:03d}" for i in range(300)]
-    load = TwoReplicaLoad((first, second), keys)
+    load = TwoReplicaLoad(first, keys, replicas=(first, second))
     load.start()
     wait_for(lambda: len(load.snapshot()) >= 60, 30, "60 acknowledged submissions", every_s=0.01)
     leader.kill()

@@ -31,7 +31,7 @@ from node_agent.cli import build_agent
 from node_agent.collectors.kube import KubeNodeCollector
 from node_agent.settings import AgentSettings
 from protos import telemetry_pb2 as pb
-from tests.kube_helpers import bind_pod, ready_nodes
+from tests.kube_helpers import bind_pod, fresh_namespace, ready_nodes
 
 pytestmark = pytest.mark.kubernetes
 
@@ -170,16 +170,8 @@ def pod(name: str, *, cpu: str, memory: str, gpu: int = 0, init_cpu: str | None 
 
 @pytest.fixture
 def other_namespace(kube_api: ApiClient) -> Iterator[str]:
-    core = CoreV1Api(kube_api)
-    name = f"meridian-test-{uuid.uuid4().hex[:10]}"
-    core.create_namespace({"metadata": {"name": name}})
-    with contextlib.suppress(ApiException):
-        core.create_namespaced_service_account(name, {"metadata": {"name": "default"}})
-    yield name
-    with contextlib.suppress(ApiException):
-        core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
-    with contextlib.suppress(ApiException):
-        core.delete_namespace(name)
+    with fresh_namespace(kube_api) as name:
+        yield name
 
 
 # What the agent must report for its node: the pods below that are bound to it and not terminated.

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from meridian.bus import StreamBus, dispatch_stream, events_stream, open_bus
+from meridian.bus import StreamBus, dispatch_stream, events_stream
 from meridian.envtest import ControlPlane, free_port
 from protos import dispatch_pb2 as dpb
 from regional_scheduler.kube_dispatch import (
@@ -36,10 +36,8 @@ CLUSTER = "member-a"
 
 
 @pytest.fixture
-def bus(redis_url: str, key_prefix: str) -> Iterator[StreamBus]:
-    b = open_bus(redis_url, key_prefix=key_prefix)
-    yield b
-    b.close()
+def bus(redis_bus: StreamBus) -> StreamBus:
+    return redis_bus
 
 
 @pytest.fixture(autouse=True)

@@ -11,13 +11,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
-from meridian.bus import StreamBus, dispatch_stream, open_bus
+from meridian.bus import StreamBus, dispatch_stream
 from meridian.envtest import ControlPlane
 from protos import dispatch_pb2 as dpb
 from regional_scheduler.kube_dispatch import GROUP, MANAGED_BY, MANAGED_BY_LABEL, WORKLOAD_LABEL
@@ -29,10 +28,8 @@ LEASE = "meridian-regional-ha"
 
 
 @pytest.fixture
-def bus(redis_url: str, key_prefix: str) -> Iterator[StreamBus]:
-    b = open_bus(redis_url, key_prefix=key_prefix)
-    yield b
-    b.close()
+def bus(redis_bus: StreamBus) -> StreamBus:
+    return redis_bus
 
 
 def replica(plane: ControlPlane, identity: str, ns: str, redis_url: str, key_prefix: str,
