@@ -123,8 +123,10 @@ def test_a_workload_no_member_can_place_waits_with_the_schedulers_reason(
     # global tier sees it, but only one fits per node. The member's scheduler says why the third waits, and
     # the API shows it.
     big = submit(stub, "big", replicas=3, requests=api.ResourceQuantities(cpu="5", memory="1Gi"))
-    w = wait_for(lambda: (x := get(stub, big.id)).message.startswith("waiting on") and x, 60,
+    # Two replicas fit (one per node), the third waits: the member's count and its scheduler's reason.
+    w = wait_for(lambda: "2/3 replicas placed" in (x := get(stub, big.id)).message and x, 60,
                  "the member's reason in the API")
-    assert "Insufficient cpu" in w.message or "cpu" in w.message.lower(), w.message
+    assert w.message.startswith(f"waiting on {w.cluster}: ") and "Insufficient cpu" in w.message, w.message
+    assert w.state == api.WORKLOAD_STATE_DISPATCHED
     stub.CancelWorkload(api.CancelWorkloadRequest(id=big.id), timeout=10)
     wait_for(lambda: not where(federation, big.id), 60, "the objects to be deleted")
