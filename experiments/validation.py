@@ -83,7 +83,7 @@ def _policy_rows(inp: BenchInput, policies: list[str], seed: int, **run: Any) ->
     """Every policy on one run (``run``: the columns that say which), a printed row each."""
     rows = []
     for policy in policies:
-        result = run_one(inp, _policy(policy), seed)
+        result = run_one(inp, _policy(policy), seed, paper=True)
         rows.append({**run, "seed": seed, "policy": policy, "gpu100": result.curve[100]["gpu_alloc_pct"]})
         print(rows[-1], flush=True)
     return rows
@@ -186,7 +186,7 @@ def cpu_validation_runs(policies: list[str], seeds: range = CPU_SEEDS) -> list[d
     for seed in seeds:
         demand = sum(p.requests.milli_cpu for p in seed_pods(seed)) / 1000
         for policy in policies:
-            r = run_one(inp, _policy(policy), seed)
+            r = run_one(inp, _policy(policy), seed, paper=True)
             rows.append({"seed": seed, "policy": policy, "demand_cpu": demand, "failure_rate": r.failure_rate,
                          "frag_gini": r.final["frag_gini"], "cpu_alloc_pct": r.final["cpu_alloc_pct"]})
     for policy in policies:

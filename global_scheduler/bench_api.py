@@ -22,11 +22,16 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import redis as redis_py
+
+    from global_scheduler.leadership import LeaderRecord
 
 
 @dataclass
@@ -310,125 +315,148 @@ def _hostile_main(port: int, wid: str, watches: int, tokens: list[str], oversize
                   garbage_per_s: float, oversized_bytes: int, ready_q: mp.Queue, stop_ev: mp.Event,
                   out_q: mp.Queue) -> None:
     """Idle watches (each refused one re-opened every second), oversized requests and garbage bytes."""
-    import grpc
+    client = _HostileClient(port, tokens, stop_ev)
+    send_oversized = client.oversized_sender(oversized_bytes)
+    threads = [threading.Thread(target=client.watch, args=(i, wid), daemon=True) for i in range(watches)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    for _ in range(watches):  # every watch tried once: the open ones hold their slots
+        client.tried.acquire(timeout=max(0.0, deadline - time.monotonic()))
+    senders = [threading.Thread(target=client.paced, args=(oversized_per_s, send_oversized), daemon=True),
+               threading.Thread(target=client.paced, args=(garbage_per_s, client.send_garbage), daemon=True)]
+    for t in senders:
+        t.start()
+    with client.lock:
+        ready_q.put({"watches_open": client.stats["watches_open"]})
+    stop_ev.wait()
+    for t in senders:
+        t.join(timeout=5)
+    for call in list(client.calls.values()):
+        call.cancel()
+    for t in threads:
+        t.join(timeout=5)
+    until = time.monotonic() + 10
+    while client.inflight > 0 and time.monotonic() < until:  # every answer counted, none cancelled by close()
+        time.sleep(0.05)
+    client.channel.close()
+    with client.lock:
+        client.stats["cpu_s"] = time.process_time()  # what the attack cost the machine the server shares
+        out_q.put({k: (dict(v) if isinstance(v, Counter) else v) for k, v in client.stats.items()})
 
-    from protos import global_api_pb2 as api
-    from protos import global_api_pb2_grpc as api_grpc
 
-    service = api.DESCRIPTOR.services_by_name["GlobalScheduler"].full_name
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 * 2**20)])
-    stub = api_grpc.GlobalSchedulerStub(channel)
-    lock = threading.Lock()
-    stats: dict[str, Any] = {"watches_open": 0, "watches_open_max": 0, "watch_attempts": 0,
-                             "watch_refusals": 0, "watch_codes": Counter(), "oversized_sent": 0,
-                             "oversized_codes": Counter(), "garbage_sent": 0, "garbage_codes": Counter()}
-    calls: dict[int, Any] = {}
-    tried = threading.Semaphore(0)
-    inflight = [0]  # oversized and garbage calls not answered yet
+class _HostileClient:
+    """The hostile process's channel to the server and the tally of what the server answered each attack."""
 
-    def watcher(i: int) -> None:
-        metadata = (("authorization", f"Bearer {tokens[i % len(tokens)]}"),)
+    def __init__(self, port: int, tokens: list[str], stop_ev: mp.Event) -> None:
+        import grpc
+
+        from protos import global_api_pb2 as api
+        from protos import global_api_pb2_grpc as api_grpc
+
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}",
+                                             options=[("grpc.max_send_message_length", 64 * 2**20)])
+        self.stub = api_grpc.GlobalSchedulerStub(self.channel)
+        self.tokens = tokens
+        self.stop_ev = stop_ev
+        self.lock = threading.Lock()
+        self.stats: dict[str, Any] = {"watches_open": 0, "watches_open_max": 0, "watch_attempts": 0,
+                                      "watch_refusals": 0, "watch_codes": Counter(), "oversized_sent": 0,
+                                      "oversized_codes": Counter(), "garbage_sent": 0, "garbage_codes": Counter()}
+        self.calls: dict[int, Any] = {}
+        self.tried = threading.Semaphore(0)  # released once per watch, after its first attempt
+        self.inflight = 0  # oversized and garbage calls not answered yet
+        service = api.DESCRIPTOR.services_by_name["GlobalScheduler"].full_name
+        self.raw_submit = self.channel.unary_unary(f"/{service}/SubmitWorkload")
+        self.clean_metadata = (("authorization", f"Bearer {tokens[0]}"),)
+
+    def watch(self, i: int, wid: str) -> None:
+        """Watch ``wid`` with token ``i`` (round robin), holding the watch open; re-open a refused or
+        ended one every second until stopped."""
+        import grpc
+
+        from protos import global_api_pb2 as api
+
+        metadata = (("authorization", f"Bearer {self.tokens[i % len(self.tokens)]}"),)
         first_try = True
-        while not stop_ev.is_set():
-            call = stub.WatchWorkload(api.WatchWorkloadRequest(id=wid), metadata=metadata)
-            calls[i] = call
+        while not self.stop_ev.is_set():
+            call = self.stub.WatchWorkload(api.WatchWorkloadRequest(id=wid), metadata=metadata)
+            self.calls[i] = call
             opened = False
             try:
                 for _ in call:
                     if not opened:
                         opened = True
-                        with lock:
-                            stats["watch_attempts"] += 1
-                            stats["watches_open"] += 1
-                            stats["watches_open_max"] = max(stats["watches_open_max"], stats["watches_open"])
+                        self._opened()
                         if first_try:
                             first_try = False
-                            tried.release()
+                            self.tried.release()
             except grpc.RpcError as exc:
-                code = exc.code().name if exc.code() else "UNKNOWN"
-                with lock:
-                    if not opened:
-                        stats["watch_attempts"] += 1
-                    stats["watch_codes"][code] += 1
-                    if code == "RESOURCE_EXHAUSTED":
-                        stats["watch_refusals"] += 1
+                self._refused(exc.code().name if exc.code() else "UNKNOWN", opened=opened)
             finally:
                 if opened:
-                    with lock:
-                        stats["watches_open"] -= 1
+                    with self.lock:
+                        self.stats["watches_open"] -= 1
             if first_try:
                 first_try = False
-                tried.release()
-            stop_ev.wait(1.0)
+                self.tried.release()
+            self.stop_ev.wait(1.0)
 
-    def paced(rate: float, send: Any) -> None:
+    def _opened(self) -> None:
+        with self.lock:
+            self.stats["watch_attempts"] += 1
+            self.stats["watches_open"] += 1
+            self.stats["watches_open_max"] = max(self.stats["watches_open_max"], self.stats["watches_open"])
+
+    def _refused(self, code: str, *, opened: bool) -> None:
+        with self.lock:
+            if not opened:
+                self.stats["watch_attempts"] += 1
+            self.stats["watch_codes"][code] += 1
+            if code == "RESOURCE_EXHAUSTED":
+                self.stats["watch_refusals"] += 1
+
+    def paced(self, rate: float, send: Callable[[], None]) -> None:
+        """``send()`` ``rate`` times a second until stopped; nothing at a rate of 0."""
         if rate <= 0:
             return
         t0, n = time.perf_counter(), 0
-        while not stop_ev.is_set():
+        while not self.stop_ev.is_set():
             delay = t0 + n / rate - time.perf_counter()
             if delay > 0:
-                stop_ev.wait(delay)
+                self.stop_ev.wait(delay)
             send()
             n += 1
 
-    def counted(key: str) -> Any:
+    def _counted(self, key: str) -> Callable[[Any], None]:
         def done(fut: Any) -> None:
             exc = fut.exception()
             code = "OK" if exc is None else (exc.code().name if exc.code() else "UNKNOWN")
-            with lock:
-                stats[key][code] += 1
-                inflight[0] -= 1
+            with self.lock:
+                self.stats[key][code] += 1
+                self.inflight -= 1
         return done
 
-    clean_metadata = (("authorization", f"Bearer {tokens[0]}"),)
-    # Over the receive limit (refused by the transport), as raw bytes built once: a spec padded with a
-    # field the schema does not know (field 1000, length-delimited), inside SubmitWorkloadRequest.spec (1).
-    spec = api.WorkloadSpec(name="x", tenant="t", replicas=1, requests=api.ResourceQuantities(cpu="1"))
-    spec_bytes = spec.SerializeToString() + length_delimited_field(1000, b"x" * oversized_bytes)
-    oversized_payload = length_delimited_field(1, spec_bytes)
-    raw_submit = channel.unary_unary(f"/{service}/SubmitWorkload")
+    def _send_raw(self, payload: bytes, kind: str) -> None:
+        with self.lock:
+            self.stats[f"{kind}_sent"] += 1
+            self.inflight += 1
+        self.raw_submit.future(payload, metadata=self.clean_metadata, timeout=10).add_done_callback(
+            self._counted(f"{kind}_codes"))
 
-    def send_oversized() -> None:
-        with lock:
-            stats["oversized_sent"] += 1
-            inflight[0] += 1
-        raw_submit.future(oversized_payload, metadata=clean_metadata, timeout=10).add_done_callback(
-            counted("oversized_codes"))
+    def oversized_sender(self, oversized_bytes: int) -> Callable[[], None]:
+        """What sends one request over the receive limit (refused by the transport), as raw bytes built once:
+        a spec padded with a field the schema does not know (field 1000, length-delimited), inside
+        SubmitWorkloadRequest.spec (1)."""
+        from protos import global_api_pb2 as api
 
-    def send_garbage() -> None:
-        with lock:
-            stats["garbage_sent"] += 1
-            inflight[0] += 1
-        raw_submit.future(b"\xff\xff\xff", metadata=clean_metadata, timeout=10).add_done_callback(
-            counted("garbage_codes"))
+        spec = api.WorkloadSpec(name="x", tenant="t", replicas=1, requests=api.ResourceQuantities(cpu="1"))
+        spec_bytes = spec.SerializeToString() + length_delimited_field(1000, b"x" * oversized_bytes)
+        oversized_payload = length_delimited_field(1, spec_bytes)
+        return lambda: self._send_raw(oversized_payload, "oversized")
 
-    threads = [threading.Thread(target=watcher, args=(i,), daemon=True) for i in range(watches)]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + 30
-    for _ in range(watches):  # every watch tried once: the open ones hold their slots
-        tried.acquire(timeout=max(0.0, deadline - time.monotonic()))
-    senders = [threading.Thread(target=paced, args=(oversized_per_s, send_oversized), daemon=True),
-               threading.Thread(target=paced, args=(garbage_per_s, send_garbage), daemon=True)]
-    for t in senders:
-        t.start()
-    with lock:
-        ready_q.put({"watches_open": stats["watches_open"]})
-    stop_ev.wait()
-    for t in senders:
-        t.join(timeout=5)
-    for call in list(calls.values()):
-        call.cancel()
-    for t in threads:
-        t.join(timeout=5)
-    until = time.monotonic() + 10
-    while inflight[0] > 0 and time.monotonic() < until:  # every answer counted, none cancelled by close()
-        time.sleep(0.05)
-    channel.close()
-    with lock:
-        stats["cpu_s"] = time.process_time()  # what the attack cost the machine the server shares
-        out_q.put({k: (dict(v) if isinstance(v, Counter) else v) for k, v in stats.items()})
+    def send_garbage(self) -> None:
+        self._send_raw(b"\xff\xff\xff", "garbage")
 
 
 def _varint(value: int) -> bytes:
@@ -530,13 +558,7 @@ def run_hostile_api_bench(*, redis_url: str, rate: float = 1000.0, duration_s: f
                           oversized_per_s: float = 20.0, garbage_per_s: float = 100.0, probe_interval_s: float = 0.1,
                           gil_switch_interval_ms: float | None = 0.5, routing_process: bool = True) -> dict[str, Any]:
     """Clean, then hostile, paced load on one server (module docstring); a JSON-ready result."""
-    import grpc
-
     from global_scheduler.settings import ApiSettings
-    from meridian.bus import dispatch_stream, open_bus
-    from protos import dispatch_pb2 as dpb
-    from protos import global_api_pb2 as api
-    from protos import global_api_pb2_grpc as api_grpc
 
     prefix = f"bench-api-{uuid.uuid4().hex[:8]}:"
     ctx = mp.get_context("spawn")
@@ -556,12 +578,7 @@ def run_hostile_api_bench(*, redis_url: str, rate: float = 1000.0, duration_s: f
     try:
         port, health_port = port_q.get(timeout=120)
         time.sleep(1.5)  # the registry reads the summaries
-        # The workload the hostile watches follow: dispatched to a synthetic cluster, never terminal.
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            watched = api_grpc.GlobalSchedulerStub(channel).SubmitWorkload(
-                api.SubmitWorkloadRequest(spec=api.WorkloadSpec(name="watched", tenant="bench", replicas=1,
-                                                                requests=api.ResourceQuantities(cpu="1"))),
-                metadata=(("authorization", f"Bearer {CLEAN_TOKEN}"),), timeout=30).id
+        watched = _submit_watched(port)
         # The kubelet's view: the health-only port (api.health_listen), as deploy/ configures its probes.
         prober = HealthProber(f"127.0.0.1:{health_port}", interval_s=probe_interval_s)
         prober.start()
@@ -585,14 +602,7 @@ def run_hostile_api_bench(*, redis_url: str, rate: float = 1000.0, duration_s: f
             if proc is not None and proc.is_alive():
                 proc.terminate()
                 proc.join(timeout=10)
-    bus = open_bus(redis_url, key_prefix=prefix)
-    seen: Counter[str] = Counter()
-    for i in range(clusters):
-        for entry in bus.read_range(dispatch_stream(f"bench-{i}")):
-            msg = dpb.DispatchMessage.FromString(entry.payload)
-            if msg.WhichOneof("action") == "place":
-                seen[msg.place.workload_id] += 1
-    bus.close()
+    seen = _places_per_workload(redis_url, prefix, clusters)
     remove_run_keys(redis_url, prefix)
     accepted = {*clean.pop("ids"), *attacked.pop("ids"), watched}
     ratio = attacked["throughput_per_s"] / clean["throughput_per_s"] if clean["throughput_per_s"] else 0.0
@@ -611,6 +621,36 @@ def run_hostile_api_bench(*, redis_url: str, rate: float = 1000.0, duration_s: f
         "dispatch": {"accepted": len(accepted), "dispatched_unique": len(seen),
                      "duplicates": sum(c - 1 for c in seen.values() if c > 1), "missing": len(accepted - set(seen))},
     }
+
+
+def _submit_watched(port: int) -> str:
+    """The workload the hostile watches follow: dispatched to a synthetic cluster, never terminal; its id."""
+    import grpc
+
+    from protos import global_api_pb2 as api
+    from protos import global_api_pb2_grpc as api_grpc
+
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        return api_grpc.GlobalSchedulerStub(channel).SubmitWorkload(
+            api.SubmitWorkloadRequest(spec=api.WorkloadSpec(name="watched", tenant="bench", replicas=1,
+                                                            requests=api.ResourceQuantities(cpu="1"))),
+            metadata=(("authorization", f"Bearer {CLEAN_TOKEN}"),), timeout=30).id
+
+
+def _places_per_workload(redis_url: str, prefix: str, clusters: int) -> Counter[str]:
+    """How many place messages each workload has in the run's dispatch streams."""
+    from meridian.bus import dispatch_stream, open_bus
+    from protos import dispatch_pb2 as dpb
+
+    bus = open_bus(redis_url, key_prefix=prefix)
+    seen: Counter[str] = Counter()
+    for i in range(clusters):
+        for entry in bus.read_range(dispatch_stream(f"bench-{i}")):
+            msg = dpb.DispatchMessage.FromString(entry.payload)
+            if msg.WhichOneof("action") == "place":
+                seen[msg.place.workload_id] += 1
+    bus.close()
+    return seen
 
 
 # --- high availability: two replicas, the leader killed mid-run ----------------------------------------
@@ -724,17 +764,47 @@ def run_ha_api_bench(*, redis_url: str, rate: float = 500.0, duration_s: float =
     by the killed leader, not yet published when it died; reconciliation's case), dispatched_twice (a workload with places of two attempts, or of one attempt on two clusters: nothing is
     rerouted in this run), failover_s (kill → the survivor holds the lock; and → the first submission sent
     after the kill acknowledged) and the submissions that failed."""
-    import redis as redis_py
-
-    from global_scheduler.leadership import LOCK_KEY, LeaderRecord
-    from meridian.bus import dispatch_stream, open_bus, redis_client
-    from protos import dispatch_pb2 as dpb
-
     if not 0.0 < kill_leader_at < 1.0:
         raise ValueError(f"kill_leader_at is a fraction of the run, in (0, 1): {kill_leader_at}")
     ha = {"lease_duration_s": lease_duration_s, "renew_deadline_s": 0.7 * lease_duration_s,
           "retry_period_s": 0.1 * lease_duration_s}
     prefix = f"bench-api-{uuid.uuid4().hex[:8]}:"
+    publish_clusters(redis_url, prefix, clusters)
+    run = _run_ha(redis_url=redis_url, prefix=prefix, rate=rate, duration_s=duration_s, clients=clients,
+                  policy=policy, kill_leader_at=kill_leader_at, ha=ha,
+                  gil_switch_interval_ms=gil_switch_interval_ms, routing_process=routing_process)
+    places, entries = _places_by_attempt(redis_url, prefix, clusters)
+    remove_run_keys(redis_url, prefix)
+    return {
+        "mode": "ha-kill-leader", "offered_per_s": rate, "duration_s": duration_s, "clients": clients,
+        "clusters": clusters, "policy": policy, "routing_process": routing_process, "cpu_count": os.cpu_count(),
+        "kill_leader_at": kill_leader_at, "lease_duration_s": lease_duration_s, **{f"ha_{k}": v for k, v in ha.items()},
+        **_ha_outcome(run, places, entries),
+        "redis_key_prefix": prefix,
+    }
+
+
+@dataclass
+class _HaRun:
+    """What the HA run's processes reported: every client's calls, the kill, and the survivor's figures."""
+
+    results: list[dict[str, Any]]
+    killed: int
+    killed_at: float
+    lock_taken_at: float | None
+    stats: dict[str, Any]
+    held: set[str]  # every workload the survivor holds
+    dispatched_held: set[str]
+
+
+def _run_ha(*, redis_url: str, prefix: str, rate: float, duration_s: float, clients: int, policy: str,
+            kill_leader_at: float, ha: dict[str, float], gil_switch_interval_ms: float | None,
+            routing_process: bool) -> _HaRun:
+    """Two replicas and the clients; the leader killed at ``kill_leader_at`` of the run, the survivor stopped
+    once the clients are done."""
+    from global_scheduler.leadership import LOCK_KEY, LeaderRecord
+    from meridian.bus import redis_client
+
     ctx = mp.get_context("spawn")
     port_q: mp.Queue = ctx.Queue()
     stats_q: mp.Queue = ctx.Queue()
@@ -742,7 +812,6 @@ def run_ha_api_bench(*, redis_url: str, rate: float = 500.0, duration_s: float =
     # One event per replica: setting an Event another process waits on waits for every waiter to wake, and a
     # killed waiter never does.
     stop_evs = [ctx.Event(), ctx.Event()]
-    publish_clusters(redis_url, prefix, clusters)
     servers = [ctx.Process(target=_ha_server_main, args=(i, redis_url, prefix, policy, port_q, stop_evs[i], stats_q,
                                                          gil_switch_interval_ms, routing_process, ha))
                for i in range(2)]
@@ -754,18 +823,13 @@ def run_ha_api_bench(*, redis_url: str, rate: float = 500.0, duration_s: float =
     def holder() -> LeaderRecord | None:
         return LeaderRecord.parse(lock_client.get(lock_key))
 
-    killed = -1
     try:
         ports: dict[int, int] = {}
         for _ in servers:
             index, port, _pid = port_q.get(timeout=180)
             ports[index] = port
         by_address = {f"127.0.0.1:{p}": i for i, p in ports.items()}
-        deadline = time.time() + 60
-        while (first := holder()) is None or first.advertise not in by_address:
-            if time.time() > deadline:
-                raise RuntimeError("no leader was elected")
-            time.sleep(0.05)
+        _wait_for_leader(holder, by_address)
         time.sleep(1.5)  # the leader's registry reads the summaries
         start_at = time.time() + 2.0
         port_list = [ports[0], ports[1]]
@@ -775,27 +839,14 @@ def run_ha_api_bench(*, redis_url: str, rate: float = 500.0, duration_s: float =
             p.start()
         kill_at = start_at + kill_leader_at * duration_s
         time.sleep(max(0.0, kill_at - time.time()))
-        leader_before = holder()
-        assert leader_before is not None
-        killed = by_address[leader_before.advertise]
-        victim = servers[killed]
-        assert victim.pid is not None
-        os.kill(victim.pid, 9)
-        killed_at = time.time()
-        lock_taken_at = None
-        while time.time() < killed_at + 120:
-            now = holder()
-            if now is not None and now.epoch > leader_before.epoch:
-                lock_taken_at = time.time()
-                break
-            time.sleep(0.01)
+        killed, killed_at, lock_taken_at = _kill_leader(holder, by_address, servers)
         results = [out_q.get(timeout=duration_s + 240) for _ in procs]
         for p in procs:
             p.join(timeout=10)
         survivor = 1 - killed
         stop_evs[survivor].set()
         stats = stats_q.get(timeout=180)
-        held = set(stats.pop("ids"))  # everything the survivor holds
+        held = set(stats.pop("ids"))
         dispatched_held = set(stats.pop("dispatched_ids"))
         servers[survivor].join(timeout=30)
     finally:
@@ -804,11 +855,45 @@ def run_ha_api_bench(*, redis_url: str, rate: float = 500.0, duration_s: float =
                 s.terminate()
                 s.join(timeout=10)
         lock_client.close()
-    calls = [c for r in results for c in r["calls"]]
-    ok = [c for c in calls if c[2]]
-    failed = [c for c in calls if not c[2]]
-    accepted = {c[3] for c in ok}
-    after = sorted(c[1] for c in ok if c[0] >= killed_at)
+    return _HaRun(results=results, killed=killed, killed_at=killed_at, lock_taken_at=lock_taken_at, stats=stats,
+                  held=held, dispatched_held=dispatched_held)
+
+
+def _wait_for_leader(holder: Callable[[], LeaderRecord | None], by_address: dict[str, int]) -> None:
+    """Until one of the replicas holds the lock (a minute at most)."""
+    deadline = time.time() + 60
+    while (first := holder()) is None or first.advertise not in by_address:
+        if time.time() > deadline:
+            raise RuntimeError("no leader was elected")
+        time.sleep(0.05)
+
+
+def _kill_leader(holder: Callable[[], LeaderRecord | None], by_address: dict[str, int],
+                 servers: list[Any]) -> tuple[int, float, float | None]:
+    """``kill -9`` the replica holding the lock; returns its index, when it was killed and when another
+    epoch took the lock (None when none did within 120 s)."""
+    leader_before = holder()
+    assert leader_before is not None
+    killed = by_address[leader_before.advertise]
+    victim = servers[killed]
+    assert victim.pid is not None
+    os.kill(victim.pid, 9)
+    killed_at = time.time()
+    lock_taken_at = None
+    while time.time() < killed_at + 120:
+        now = holder()
+        if now is not None and now.epoch > leader_before.epoch:
+            lock_taken_at = time.time()
+            break
+        time.sleep(0.01)
+    return killed, killed_at, lock_taken_at
+
+
+def _places_by_attempt(redis_url: str, prefix: str, clusters: int) -> tuple[dict[str, dict[int, set[str]]], int]:
+    """The run's place messages: workload → attempt → the clusters it was placed on; and how many there were."""
+    from meridian.bus import dispatch_stream, open_bus
+    from protos import dispatch_pb2 as dpb
+
     bus = open_bus(redis_url, key_prefix=prefix)
     places: dict[str, dict[int, set[str]]] = {}
     entries = 0
@@ -820,11 +905,21 @@ def run_ha_api_bench(*, redis_url: str, rate: float = 500.0, duration_s: float =
                 places.setdefault(msg.place.workload_id, {}).setdefault(msg.place.attempt, set()).add(cluster)
                 entries += 1
     bus.close()
-    remove_run_keys(redis_url, prefix)
+    return places, entries
+
+
+def _ha_outcome(run: _HaRun, places: dict[str, dict[int, set[str]]], entries: int) -> dict[str, Any]:
+    """The HA run's figures from the clients' calls, the survivor's store and the dispatch streams."""
+    killed_at = run.killed_at
+    calls = [c for r in run.results for c in r["calls"]]
+    ok = [c for c in calls if c[2]]
+    failed = [c for c in calls if not c[2]]
+    accepted = {c[3] for c in ok}
+    after = sorted(c[1] for c in ok if c[0] >= killed_at)
     twice = sorted(wid for wid, by_attempt in places.items()
                    if len(by_attempt) > 1 or any(len(where) > 1 for where in by_attempt.values()))
     lat = np.array([(c[1] - c[0]) * 1000 for c in ok]) if ok else np.zeros(1)
-    elapsed = max(r["elapsed"] for r in results)
+    elapsed = max(r["elapsed"] for r in run.results)
     codes = Counter(c[3] for c in failed)
     recovered_at = after[0] if after else float("inf")
 
@@ -832,13 +927,10 @@ def run_ha_api_bench(*, redis_url: str, rate: float = 500.0, duration_s: float =
         return _latency_window(ok, lo, hi)
 
     return {
-        "mode": "ha-kill-leader", "offered_per_s": rate, "duration_s": duration_s, "clients": clients,
-        "clusters": clusters, "policy": policy, "routing_process": routing_process, "cpu_count": os.cpu_count(),
-        "kill_leader_at": kill_leader_at, "lease_duration_s": lease_duration_s, **{f"ha_{k}": v for k, v in ha.items()},
-        "sent": sum(r["sent"] for r in results), "accepted": len(accepted), "errors": len(failed),
+        "sent": sum(r["sent"] for r in run.results), "accepted": len(accepted), "errors": len(failed),
         "error_codes": dict(codes),
         "errors_after_kill": sum(1 for c in failed if c[1] >= killed_at),
-        "lost": len(accepted - held), "dispatched_entries": entries, "dispatched_unique": len(places),
+        "lost": len(accepted - run.held), "dispatched_entries": entries, "dispatched_unique": len(places),
         "dispatched_twice": len(twice), "dispatched_twice_ids": twice[:20],
         "missing": len(accepted - set(places)),
         # Made durable by the leader that was killed before its answer reached the client (counted among the
@@ -847,15 +939,14 @@ def run_ha_api_bench(*, redis_url: str, rate: float = 500.0, duration_s: float =
         # Made durable (DISPATCHED) by the killed leader, which died before publishing them: the crash between
         # the durable write and the publish that reconciliation heals (same attempt) once a summary made after
         # reconcile.grace_s shows the cluster does not hold them (this run's synthetic clusters report once).
-        "unpublished_at_kill": len((accepted - set(places)) & dispatched_held),
-        "lock_takeover_s": None if lock_taken_at is None else lock_taken_at - killed_at,
+        "unpublished_at_kill": len((accepted - set(places)) & run.dispatched_held),
+        "lock_takeover_s": None if run.lock_taken_at is None else run.lock_taken_at - killed_at,
         "failover_s": after[0] - killed_at if after else None,
         "throughput_per_s": len(ok) / elapsed if elapsed else 0.0,
         "latency_ms_p50": float(np.percentile(lat, 50)), "latency_ms_p99": float(np.percentile(lat, 99)),
-        "latency_ms_max": float(lat.max()), "killed_replica": killed,
+        "latency_ms_max": float(lat.max()), "killed_replica": run.killed,
         # Acknowledged calls' latency (ms) by when they were sent: before the kill, during the failover, after it.
         "latency_ms_by_phase": {"before_kill": window(0.0, killed_at), "failover": window(killed_at, recovered_at),
                                 "after_failover": window(recovered_at, float("inf"))},
-        "survivor": {k: v for k, v in stats.items() if k != "index"},
-        "redis_key_prefix": prefix,
+        "survivor": {k: v for k, v in run.stats.items() if k != "index"},
     }

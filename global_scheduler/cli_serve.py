@@ -97,7 +97,7 @@ def _check_and_start_metrics(settings: Any, metrics_port: int) -> None:
 
         # Loopback outside a pod (MERIDIAN_METRICS_ADDRESS).
         start_metrics_server(MetricsSettings(port=metrics_port), port_setting="--metrics-port (0 = off)")
-    from global_scheduler.routing.registry import names as routing_policies  # torch: seconds
+    from global_scheduler.routing.registry import names as routing_policies
 
     if settings.routing.policy not in routing_policies():
         raise UserError(f"unknown routing policy {settings.routing.policy!r}",

@@ -25,7 +25,7 @@ from rich.table import Table
 from meridian.cli import CliRoot
 
 if TYPE_CHECKING:
-    from global_scheduler.accounting.report import EnergyReport
+    from global_scheduler.accounting.report import EnergyReport, ReportQuery
 
 FORMATS = ("table", "json", "csv")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd]?)$")
@@ -88,91 +88,114 @@ def render_table(report: EnergyReport, console: Console) -> None:
         console.print(f"note: {note}", style="yellow")
 
 
+def energy_report(
+    run: Path | None = typer.Option(None, "--run", help="A run directory written with --save-run."),
+    target: str | None = typer.Option(None, "--target", help="A live global scheduler, HOST:PORT."),
+    token: str | None = typer.Option(None, "--token", envvar="MERIDIAN_TOKEN",
+                                     help="Bearer token for --target."),
+    region: list[str] = typer.Option([], "--region", help="Only this region (repeatable)."),
+    cluster: list[str] = typer.Option([], "--cluster", help="Only this cluster (repeatable)."),
+    since: str | None = typer.Option(None, "--since", help="ISO 8601 (UTC if no zone) or -6h, -2d."),
+    until: str | None = typer.Option(None, "--until", help="ISO 8601 (UTC if no zone) or -1h."),
+    by: str = typer.Option("region", "--by", help="Group by region, cluster, tenant or workload."),
+    bucket: str | None = typer.Option(None, "--bucket", help="Time buckets: 900, 15m, 1h, 1d."),
+    policy: str | None = typer.Option(None, "--policy", help="Which policy of a multi-policy run (default: "
+                                      "the run's primary)."),
+    counterfactual: str | None = typer.Option(None, "--counterfactual", help="Policy to compare with "
+                                              "(default: karmada when the run has it)."),
+    output_format: str = typer.Option("table", "--format", help="table, json or csv."),
+    plot: Path | None = typer.Option(None, "--plot", help="Also write a PNG here."),
+) -> None:
+    """Energy, carbon and cost per region (or cluster, tenant, workload) over a time range."""
+    import grpc
+
+    from global_scheduler.accounting.report import ReportArgumentError, ReportQuery
+
+    _check_report_options(run=run, target=target, by=by, output_format=output_format, plot=plot)
+    now = datetime.now(UTC)
+    query = ReportQuery(regions=region, clusters=cluster, since=parse_time(since, option="--since", now=now),
+                        until=parse_time(until, option="--until", now=now), group_by=by,  # type: ignore[arg-type]
+                        bucket_seconds=parse_duration_s(bucket, option="--bucket") if bucket else None,
+                        policy=policy, counterfactual=counterfactual)
+    try:
+        if run is not None:
+            report = _report_from_run(run, query, plot)
+        else:
+            assert target is not None
+            report = _report_from_target(target, query, token=token, plot=plot)
+    except ReportArgumentError as exc:
+        raise typer.BadParameter(str(exc).split(": ", 1)[1], param_hint=exc.argument) from None
+    except grpc.RpcError as exc:
+        code = exc.code()  # type: ignore[attr-defined]
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            raise typer.BadParameter(exc.details(), param_hint="--target") from None  # type: ignore[attr-defined]
+        typer.echo(f"error: {target}: {code.name}: {exc.details()}", err=True)  # type: ignore[attr-defined]
+        raise typer.Exit(1) from None
+    _write_report(report, output_format=output_format, plot=plot)
+
+
+def _check_report_options(*, run: Path | None, target: str | None, by: str, output_format: str,
+                          plot: Path | None) -> None:
+    from global_scheduler.accounting.report import GROUP_BY_VALUES
+
+    if (run is None) == (target is None):
+        raise typer.BadParameter("give exactly one of --run DIR or --target HOST:PORT", param_hint="--run")
+    if by not in GROUP_BY_VALUES:
+        raise typer.BadParameter(f"{by!r} is not one of {', '.join(GROUP_BY_VALUES)}", param_hint="--by")
+    if output_format not in FORMATS:
+        raise typer.BadParameter(f"{output_format!r} is not one of {', '.join(FORMATS)}", param_hint="--format")
+    if plot is not None and plot.suffix.lower() != ".png":
+        raise typer.BadParameter("the plot is written as PNG; give a .png path", param_hint="--plot")
+
+
+def _report_from_run(run: Path, query: ReportQuery, plot: Path | None) -> EnergyReport:
+    """The report of a saved run (and its plot, when asked)."""
+    from global_scheduler.accounting.report import build_report
+    from global_scheduler.accounting.run_store import RunFormatError, load_run
+
+    try:
+        source = load_run(run)
+    except RunFormatError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--run") from None
+    report = build_report(source, query)
+    if plot is not None:
+        from global_scheduler.accounting.plot import plot_report
+
+        plot_report(source, report, plot)
+    return report
+
+
+def _report_from_target(target: str, query: ReportQuery, *, token: str | None, plot: Path | None) -> EnergyReport:
+    """A live global scheduler's report; the plot, when asked, from a second report bucketed by region at
+    about ``PLOT_POINTS`` points."""
+    from global_scheduler.accounting.service import fetch_report
+
+    report = fetch_report(target, query, token=token)
+    if plot is not None:
+        from global_scheduler.accounting.plot import plot_from_buckets
+
+        span_s = (report.until - report.since).total_seconds()
+        res_s = max(report.resolution_seconds, 1.0)
+        series = fetch_report(target, query.model_copy(update={
+            "group_by": "region", "counterfactual": None, "policy": None,
+            "bucket_seconds": int(res_s * max(1, int(span_s / PLOT_POINTS / res_s)))}), token=token)
+        plot_from_buckets(series, report, plot)
+    return report
+
+
+def _write_report(report: EnergyReport, *, output_format: str, plot: Path | None) -> None:
+    from global_scheduler.accounting.report import render_csv
+
+    if output_format == "json":
+        typer.echo(json.dumps(report.model_dump(mode="json"), indent=2))
+    elif output_format == "csv":
+        typer.echo(render_csv(report), nl=False)
+    else:
+        render_table(report, Console(width=int(os.environ.get("COLUMNS", "140"))))
+    if plot is not None and output_format == "table":
+        typer.echo(f"plot written to {plot}")
+
+
 def register(cli: CliRoot) -> None:
     """Add ``meridian report energy``."""
-
-    @cli.report.command("energy")
-    def energy_report(
-        run: Path | None = typer.Option(None, "--run", help="A run directory written with --save-run."),
-        target: str | None = typer.Option(None, "--target", help="A live global scheduler, HOST:PORT."),
-        token: str | None = typer.Option(None, "--token", envvar="MERIDIAN_TOKEN",
-                                         help="Bearer token for --target."),
-        region: list[str] = typer.Option([], "--region", help="Only this region (repeatable)."),
-        cluster: list[str] = typer.Option([], "--cluster", help="Only this cluster (repeatable)."),
-        since: str | None = typer.Option(None, "--since", help="ISO 8601 (UTC if no zone) or -6h, -2d."),
-        until: str | None = typer.Option(None, "--until", help="ISO 8601 (UTC if no zone) or -1h."),
-        by: str = typer.Option("region", "--by", help="Group by region, cluster, tenant or workload."),
-        bucket: str | None = typer.Option(None, "--bucket", help="Time buckets: 900, 15m, 1h, 1d."),
-        policy: str | None = typer.Option(None, "--policy", help="Which policy of a multi-policy run (default: "
-                                          "the run's primary)."),
-        counterfactual: str | None = typer.Option(None, "--counterfactual", help="Policy to compare with "
-                                                  "(default: karmada when the run has it)."),
-        output_format: str = typer.Option("table", "--format", help="table, json or csv."),
-        plot: Path | None = typer.Option(None, "--plot", help="Also write a PNG here."),
-    ) -> None:
-        """Energy, carbon and cost per region (or cluster, tenant, workload) over a time range."""
-        import grpc
-
-        from global_scheduler.accounting.report import (
-            GROUP_BY_VALUES,
-            ReportArgumentError,
-            ReportQuery,
-            build_report,
-            render_csv,
-        )
-        from global_scheduler.accounting.run_store import RunFormatError, load_run
-        from global_scheduler.accounting.service import fetch_report
-
-        if (run is None) == (target is None):
-            raise typer.BadParameter("give exactly one of --run DIR or --target HOST:PORT", param_hint="--run")
-        if by not in GROUP_BY_VALUES:
-            raise typer.BadParameter(f"{by!r} is not one of {', '.join(GROUP_BY_VALUES)}", param_hint="--by")
-        if output_format not in FORMATS:
-            raise typer.BadParameter(f"{output_format!r} is not one of {', '.join(FORMATS)}", param_hint="--format")
-        if plot is not None and plot.suffix.lower() != ".png":
-            raise typer.BadParameter("the plot is written as PNG; give a .png path", param_hint="--plot")
-        now = datetime.now(UTC)
-        query = ReportQuery(regions=region, clusters=cluster, since=parse_time(since, option="--since", now=now),
-                            until=parse_time(until, option="--until", now=now), group_by=by,  # type: ignore[arg-type]
-                            bucket_seconds=parse_duration_s(bucket, option="--bucket") if bucket else None,
-                            policy=policy, counterfactual=counterfactual)
-        try:
-            if run is not None:
-                try:
-                    source = load_run(run)
-                except RunFormatError as exc:
-                    raise typer.BadParameter(str(exc), param_hint="--run") from None
-                report = build_report(source, query)
-                if plot is not None:
-                    from global_scheduler.accounting.plot import plot_report
-
-                    plot_report(source, report, plot)
-            else:
-                assert target is not None
-                report = fetch_report(target, query, token=token)
-                if plot is not None:
-                    from global_scheduler.accounting.plot import plot_from_buckets
-
-                    span_s = (report.until - report.since).total_seconds()
-                    res_s = max(report.resolution_seconds, 1.0)
-                    series = fetch_report(target, query.model_copy(update={
-                        "group_by": "region", "counterfactual": None, "policy": None,
-                        "bucket_seconds": int(res_s * max(1, int(span_s / PLOT_POINTS / res_s)))}), token=token)
-                    plot_from_buckets(series, report, plot)
-        except ReportArgumentError as exc:
-            raise typer.BadParameter(str(exc).split(": ", 1)[1], param_hint=exc.argument) from None
-        except grpc.RpcError as exc:
-            code = exc.code()  # type: ignore[attr-defined]
-            if code == grpc.StatusCode.INVALID_ARGUMENT:
-                raise typer.BadParameter(exc.details(), param_hint="--target") from None  # type: ignore[attr-defined]
-            typer.echo(f"error: {target}: {code.name}: {exc.details()}", err=True)  # type: ignore[attr-defined]
-            raise typer.Exit(1) from None
-
-        if output_format == "json":
-            typer.echo(json.dumps(report.model_dump(mode="json"), indent=2))
-        elif output_format == "csv":
-            typer.echo(render_csv(report), nl=False)
-        else:
-            render_table(report, Console(width=int(os.environ.get("COLUMNS", "140"))))
-        if plot is not None and output_format == "table":
-            typer.echo(f"plot written to {plot}")
+    cli.report.command("energy")(energy_report)

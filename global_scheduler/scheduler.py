@@ -68,6 +68,7 @@ from meridian.bus import (
     dispatch_stream,
     events_stream,
 )
+from meridian.bus.consumer import backoff_delay
 from meridian.bus.health import GroupGauges
 from meridian.routing_domain import ClusterFeatures, WorkloadFeatures
 from protos import dispatch_pb2 as dpb
@@ -77,7 +78,6 @@ from protos import telemetry_pb2 as tpb
 log = logging.getLogger(__name__)
 
 EVENTS_GROUP = "global-scheduler"
-BACKOFF_S = (0.1, 0.5, 1.0, 2.0, 5.0)
 CLASS_WEIGHTS = {  # perf, cost, energy, fairness (the simulator's class defaults)
     "latency-sensitive": (0.7, 0.05, 0.15, 0.1),
     "batch": (0.1, 0.1, 0.7, 0.1),
@@ -208,7 +208,7 @@ class GlobalScheduler:
                     loop()
                     return
                 except (BusUnavailableError, BusError) as exc:
-                    delay = BACKOFF_S[min(failures, len(BACKOFF_S) - 1)]
+                    delay = backoff_delay(self.settings.bus.backoff_s, failures)
                     failures += 1
                     log.warning("%s: bus unavailable (%s); retrying in %.1f s", name, exc, delay)
                     self._stop.wait(delay)
@@ -447,7 +447,7 @@ class GlobalScheduler:
             log.warning("dispatch of %d workloads to %s failed (%s); publishing them there again", len(items),
                         cluster, exc)
             self._unsent.setdefault(cluster, []).extend(items)
-            self._unsent_retry_s = time.monotonic() + BACKOFF_S[min(self._unsent_failures, len(BACKOFF_S) - 1)]
+            self._unsent_retry_s = time.monotonic() + backoff_delay(self.settings.bus.backoff_s, self._unsent_failures)
             self._unsent_failures += 1
             return False
         self.dispatched_total += len(items)
@@ -542,8 +542,8 @@ class GlobalScheduler:
         stream = SUMMARY_STREAM
         while not self._stop.is_set():
             try:
-                entries = self.bus.read_group(stream, self.instance, self.instance, count=1000,
-                                              block_ms=self.settings.bus.poll_block_ms)
+                entries = self.bus.read_group(stream, self.instance, self.instance, count=self.settings.bus.batch,
+                                              block_ms=self.settings.bus.block_ms)
             except BusError:  # unreachable, or answering errors (LOADING after a restart, NOPERM): unreadable
                 self.registry.bus_unreachable(self.clock())  # not the clusters' silence: the guard backs off
                 raise
@@ -563,7 +563,7 @@ class GlobalScheduler:
                     self._on_cluster_up(summary.cluster)
             if entries:
                 self.bus.ack(stream, self.instance, [e.entry_id for e in entries])
-            if len(entries) < 1000:
+            if len(entries) < self.settings.bus.batch:
                 self._summaries_read.set()
 
     def _on_cluster_up(self, cluster: str) -> None:
@@ -604,8 +604,9 @@ class GlobalScheduler:
                 # its first look everything pending is a predecessor's: taken at once, not after claim_idle_ms.
                 entries = self.bus.claim_stale(stream, EVENTS_GROUP, self.instance,
                                                min_idle_ms=0 if first else self.settings.bus.claim_idle_ms,
-                                               count=1000) if claim or first else []
-                entries += self.bus.read_group(stream, EVENTS_GROUP, self.instance, count=1000, block_ms=None)
+                                               count=self.settings.bus.batch) if claim or first else []
+                entries += self.bus.read_group(stream, EVENTS_GROUP, self.instance, count=self.settings.bus.batch,
+                                               block_ms=None)
                 got += len(entries)
                 for entry in entries:
                     try:

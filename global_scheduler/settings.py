@@ -7,9 +7,12 @@ Environment variables use the prefix ``MERIDIAN_GLOBAL_`` and ``__`` between lev
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from meridian.bus.settings import ConsumerSettings
 
 
 class ApiSettings(BaseModel):
@@ -82,15 +85,30 @@ def unsafe_api_reason(api: ApiSettings) -> str | None:
     return None
 
 
-class BusSettings(BaseModel):
+GlobalConsumer = ConsumerSettings.tailored("GlobalConsumer", batch=1000, backoff_s=(0.1, 0.5, 1.0, 2.0, 5.0),
+                                           at_least={"block_ms": 1, "claim_idle_ms": 1})
+"""How the global scheduler reads the summary and events streams: up to 1000 entries a read (summaries of
+every cluster, events of every dispatch), blocking at least 1 ms (its loops would otherwise poll without
+pause), and a first retry after 0.1 s (routing waits on the bus). ``MERIDIAN_GLOBAL_BUS__BLOCK_MS`` (also
+spelt ``POLL_BLOCK_MS``), ``__CLAIM_IDLE_MS``, ``__BATCH``, ``__BACKOFF_S``."""
+
+
+class BusSettings(GlobalConsumer):
+    model_config = ConfigDict(extra="ignore")  # as the other groups: an unknown MERIDIAN_GLOBAL_BUS__* is ignored
+
     url: str = Field("redis://127.0.0.1:6379/0", description="Stream bus URL (redis://… or memory://).")
     key_prefix: str = Field("", description="Prefix of every stream and key (tests isolate themselves with it).")
     dispatch_maxlen: int = Field(100_000, ge=1000, description="Approximate bound (entries) of each dispatch "
                                  "stream; a regional worker acknowledges within seconds, so this is hours of backlog.")
-    poll_block_ms: int = Field(200, ge=1, description="Longest a consumer blocks waiting for entries (ms).")
-    claim_idle_ms: int = Field(30_000, ge=1, description="Events another instance read but did not acknowledge "
-                               "for this long (it died between the two) are claimed and applied (XAUTOCLAIM); "
-                               "well above the time a live instance holds a batch.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _poll_block_ms(cls, data: Any) -> Any:
+        """``poll_block_ms``, the name ``block_ms`` had here before the consumers' settings became one."""
+        if isinstance(data, dict) and "poll_block_ms" in data:
+            data = dict(data)
+            data.setdefault("block_ms", data.pop("poll_block_ms"))
+        return data
 
 
 class RegistrySettings(BaseModel):

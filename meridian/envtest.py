@@ -302,6 +302,33 @@ def _make_pki(pki: Path) -> None:
 # -------------------------------------------------------------------------------------- control plane
 
 
+def _api_server_argv(assets: Path, *, etcd_url: str, api_port: int, pki: Path, tokens: Path) -> list[str]:
+    """kube-apiserver's command line: on loopback, etcd at ``etcd_url``, the PKI of :func:`_make_pki`,
+    static bearer tokens from ``tokens`` and RBAC enforced."""
+    return [
+        str(assets / "kube-apiserver"),
+        f"--etcd-servers={etcd_url}",
+        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api_port}",
+        f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+        f"--client-ca-file={pki / 'ca.crt'}",
+        f"--token-auth-file={tokens}",
+        "--authorization-mode=Node,RBAC",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={pki / 'sa.pub'}",
+        f"--service-account-signing-key-file={pki / 'sa.key'}",
+        f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+        "--endpoint-reconciler-type=none",  # a loopback address cannot be advertised as an endpoint
+        "--allow-privileged=true",
+        # Without a front-proxy CA, kube-controller-manager and kube-scheduler log a missing
+        # requestheader-client-ca-file forever.
+        f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+        "--requestheader-allowed-names=front-proxy-client",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+    ]
+
+
 class ControlPlane:
     """etcd + kube-apiserver (+ kube-controller-manager, + kube-schedulers) on free loopback ports,
     or an existing cluster behind the same interface (:meth:`from_kubeconfig`).
@@ -486,9 +513,24 @@ class ControlPlane:
         etcd_port, etcd_peer_port, api_port = _free_ports(3)
         self._server = f"https://127.0.0.1:{api_port}"
         self._ca_file = pki / "ca.crt"
+        admin_token, kcm_kubeconfig = self._write_credentials()
+        etcd_url = self._spawn_etcd(etcd_port, etcd_peer_port)
+        self._api_argv = _api_server_argv(assets, etcd_url=etcd_url, api_port=api_port, pki=pki,
+                                          tokens=work / "tokens.csv")
+        self._admin_token = admin_token
+        self._spawn("kube-apiserver", self._api_argv)
+        self._wait_ready("kube-apiserver", admin_token)
+        if self.controller_manager:
+            self._spawn_controller_manager(kcm_kubeconfig, pki)
+            self._wait_default_service_account()
 
-        # Static tokens: an admin, and kube-controller-manager as the user its bootstrap ClusterRole
-        # (system:kube-controller-manager) is bound to, so it runs with its real, limited rights.
+    def _write_credentials(self) -> tuple[str, Path]:
+        """The static tokens file and the kubeconfigs that use it; returns the admin token and
+        kube-controller-manager's kubeconfig.
+
+        Static tokens: an admin, and kube-controller-manager as the user its bootstrap ClusterRole
+        (system:kube-controller-manager) is bound to, so it runs with its real, limited rights."""
+        work = self.workdir
         admin_token = secrets.token_hex(24)
         kcm_token = secrets.token_hex(24)
         (work / "tokens.csv").write_text(
@@ -499,67 +541,46 @@ class ControlPlane:
                                                    user={"token": admin_token})
         kcm_kubeconfig = _write_kubeconfig(work / "kube-controller-manager.kubeconfig", cluster=cluster,
                                            user={"token": kcm_token})
+        return admin_token, kcm_kubeconfig
 
-        etcd_data = work / "etcd"
-        etcd_url, peer_url = f"http://127.0.0.1:{etcd_port}", f"http://127.0.0.1:{etcd_peer_port}"
+    def _spawn_etcd(self, port: int, peer_port: int) -> str:
+        """Start etcd on a fresh data directory; returns its client URL."""
+        etcd_data = self.workdir / "etcd"
+        etcd_url, peer_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{peer_port}"
         shutil.rmtree(etcd_data, ignore_errors=True)
         self._spawn("etcd", [
-            str(assets / "etcd"), "--name=envtest", f"--data-dir={etcd_data}",
+            str(self.assets / "etcd"), "--name=envtest", f"--data-dir={etcd_data}",
             f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
             f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
             f"--initial-cluster=envtest={peer_url}", "--initial-cluster-state=new",
             "--logger=zap", "--log-outputs=stderr",
         ])
-        self._api_argv = [
-            str(assets / "kube-apiserver"),
-            f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api_port}",
-            f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
-            f"--client-ca-file={pki / 'ca.crt'}",
-            f"--token-auth-file={work / 'tokens.csv'}",
-            "--authorization-mode=Node,RBAC",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={pki / 'sa.pub'}",
-            f"--service-account-signing-key-file={pki / 'sa.key'}",
-            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-            "--endpoint-reconciler-type=none",  # a loopback address cannot be advertised as an endpoint
-            "--allow-privileged=true",
-            # Without a front-proxy CA, kube-controller-manager and kube-scheduler log a missing
-            # requestheader-client-ca-file forever.
-            f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
-            "--requestheader-allowed-names=front-proxy-client",
-            "--requestheader-username-headers=X-Remote-User",
-            "--requestheader-group-headers=X-Remote-Group",
-            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-        ]
-        self._admin_token = admin_token
-        self._spawn("kube-apiserver", self._api_argv)
-        self._wait_ready("kube-apiserver", admin_token)
-        if self.controller_manager:
-            self._spawn("kube-controller-manager", [
-                str(assets / "kube-controller-manager"),
-                f"--kubeconfig={kcm_kubeconfig}",
-                f"--authentication-kubeconfig={kcm_kubeconfig}",
-                f"--authorization-kubeconfig={kcm_kubeconfig}",
-                "--secure-port=0",
-                "--leader-elect=false",
-                # A busy cluster's tuning: a faster client and more workers for Deployments, ReplicaSets and Jobs.
-                *([f"--kube-api-qps={self.controller_manager_qps:g}",
-                   f"--kube-api-burst={2 * self.controller_manager_qps:g}", "--concurrent-deployment-syncs=20",
-                   "--concurrent-replicaset-syncs=20", "--concurrent-job-syncs=20"]
-                  if self.controller_manager_qps else []),
-                # No kubelet renews Node leases: the node-lifecycle controller would mark every Node
-                # NotReady and taint it NoExecute after ~50 s.
-                "--controllers=*,-node-lifecycle-controller",
-                # The key lets the token controller run; per-controller ServiceAccounts are how a real
-                # cluster runs its controllers (and what creates each namespace's "default" one).
-                f"--service-account-private-key-file={pki / 'sa.key'}",
-                "--use-service-account-credentials=true",
-                f"--root-ca-file={pki / 'ca.crt'}",
-                f"--cluster-signing-cert-file={pki / 'ca.crt'}",
-                f"--cluster-signing-key-file={pki / 'ca.key'}",
-            ])
-            self._wait_default_service_account()
+        return etcd_url
+
+    def _spawn_controller_manager(self, kubeconfig: Path, pki: Path) -> None:
+        self._spawn("kube-controller-manager", [
+            str(self.assets / "kube-controller-manager"),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--secure-port=0",
+            "--leader-elect=false",
+            # A busy cluster's tuning: a faster client and more workers for Deployments, ReplicaSets and Jobs.
+            *([f"--kube-api-qps={self.controller_manager_qps:g}",
+               f"--kube-api-burst={2 * self.controller_manager_qps:g}", "--concurrent-deployment-syncs=20",
+               "--concurrent-replicaset-syncs=20", "--concurrent-job-syncs=20"]
+              if self.controller_manager_qps else []),
+            # No kubelet renews Node leases: the node-lifecycle controller would mark every Node
+            # NotReady and taint it NoExecute after ~50 s.
+            "--controllers=*,-node-lifecycle-controller",
+            # The key lets the token controller run; per-controller ServiceAccounts are how a real
+            # cluster runs its controllers (and what creates each namespace's "default" one).
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            "--use-service-account-credentials=true",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+            f"--cluster-signing-key-file={pki / 'ca.key'}",
+        ])
 
     def stop_api_server(self) -> None:
         """Stop the API server alone (etcd and the controllers keep running): a member cluster whose API

@@ -204,6 +204,14 @@ def _invalid_setting(exc: Exception) -> UserError | None:
     candidate = prefix + (delimiter or "__").join(loc)
     environ = _environ(case_sensitive)
     found = environ.get(candidate if case_sensitive else candidate.upper())
+    from meridian.bus.settings import StreamConsumerSettings
+
+    # A stream consumer's setting may still be spelt as it was before ``bus`` grouped them.
+    flat = ({new: old for old, new in cls.flat_bus_names.items()} if issubclass(cls, StreamConsumerSettings)
+            else {})
+    if found is None and len(loc) >= 2 and loc[0] == "bus" and loc[1] in flat:
+        candidate = prefix + flat[loc[1]]  # the flat spelling a stream consumer's setting had before ``bus``
+        found = environ.get(candidate if case_sensitive else candidate.upper())
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     if found is not None:
         name, value = found

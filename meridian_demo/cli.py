@@ -19,7 +19,7 @@ import time
 from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -28,6 +28,12 @@ from rich.table import Table
 
 from meridian.cli import CliRoot
 from meridian.traces import TracesNotFoundError, locate_traces
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from protos import global_api_pb2 as api
+    from protos.global_api_pb2_grpc import GlobalSchedulerStub
 
 console = Console(width=None if Console().is_terminal else 140)
 log = logging.getLogger(__name__)
@@ -60,8 +66,6 @@ def _choose_bus(bus: str | None) -> tuple[str, Any]:
 def live_part(cfg: Any, bus_url: str, traces_dir: Path) -> dict[str, Any]:
     import grpc
 
-    from global_scheduler.accounting.report import UNATTRIBUTED_NOTE, ReportQuery
-    from global_scheduler.accounting.service import fetch_report
     from meridian_demo import embedded
     from protos import global_api_pb2 as api
     from protos import global_api_pb2_grpc as api_grpc
@@ -71,81 +75,105 @@ def live_part(cfg: Any, bus_url: str, traces_dir: Path) -> dict[str, Any]:
     try:
         console.print(f"[bold]live[/bold]: {len(fed.workers)} clusters in {len(cfg.regions)} regions, global API on "
                       f"{fed.target}, bus {bus_url.split('@')[-1]}, routing {cfg.routing}, placement {cfg.placement}")
-        requests = embedded.trace_workloads(cfg, traces_dir)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console) as progress:
-            task = progress.add_task("submitting DLRM workloads", total=len(requests))
-            stub = api_grpc.GlobalSchedulerStub(grpc.insecure_channel(fed.target))
-            submitted = []
-            for req in requests:
-                submitted.append(stub.SubmitWorkload(req, timeout=10))
-                progress.advance(task)
-            ids = [w.id for w in submitted]
-            task2 = progress.add_task("waiting for placements", total=len(ids))
-            deadline = time.monotonic() + cfg.timeout_s
-            while True:
-                current = [stub.GetWorkload(api.GetWorkloadRequest(id=i), timeout=10) for i in ids]
-                settled = sum(w.state in embedded.TERMINAL for w in current)
-                progress.update(task2, completed=settled)
-                if settled == len(ids) or time.monotonic() > deadline:
-                    break
-                time.sleep(0.2)
+        stub = api_grpc.GlobalSchedulerStub(grpc.insecure_channel(fed.target))
+        current = _submit_and_follow(stub, embedded.trace_workloads(cfg, traces_dir), timeout_s=cfg.timeout_s)
         # Let a few more summaries land so the energy ledger has intervals to report.
         time.sleep(max(2.0, 4 * cfg.summary_interval_s))
-        clusters = stub.ListClusters(api.ListClustersRequest(), timeout=10).clusters
-
-        table = Table(title="clusters (live)")
-        for col in ("cluster", "region", "ready", "nodes", "gCO2/kWh", "free CPU", "free GPUs", "running"):
-            table.add_column(col, justify="left" if col in ("cluster", "region") else "right")
-        running = Counter(w.cluster for w in current if w.state == api.WORKLOAD_STATE_RUNNING)
-        for c in sorted(clusters, key=lambda c: (c.carbon_unknown, c.carbon_g_per_kwh)):
-            table.add_row(c.name, c.region, "yes" if c.ready else "no", str(c.nodes),
-                          "unknown" if c.carbon_unknown else f"{c.carbon_g_per_kwh:.0f}",
-                          f"{c.free_milli_cpu / 1000:.0f}", str(c.free_gpus), str(running.get(c.name, 0)))
-        console.print(table)
+        _print_live_clusters(stub.ListClusters(api.ListClustersRequest(), timeout=10).clusters, current)
         states = Counter(_state_name(w.state) for w in current)
         console.print("workload states: " + ", ".join(f"{k} {v}" for k, v in sorted(states.items())))
 
         energy: dict[str, Any] = {}
         energy_by_tenant: dict[str, Any] = {}
         if not bus_url.startswith("memory:"):
-            try:
-                # One report, grouped by tenant, also carries the per-region totals of the same ledger
-                # snapshot: two fetches from the live ledger would disagree by what landed in between.
-                report = fetch_report(fed.target, ReportQuery(
-                    since=datetime.now(UTC) - timedelta(minutes=10), until=datetime.now(UTC) + timedelta(seconds=1),
-                    group_by="tenant"))
-                etable = Table(title="energy during the live part (from the accounting ledger over gRPC)")
-                for col in ("region", "energy Wh", "carbon g", "gCO2/kWh"):
-                    etable.add_column(col, justify="left" if col == "region" else "right")
-                for name, t in sorted(report.regions.items()):
-                    etable.add_row(name, f"{t.energy_kwh * 1000:.2f}", f"{t.carbon_kg * 1000:.2f}",
-                                   "–" if t.carbon_intensity_g_per_kwh is None else f"{t.carbon_intensity_g_per_kwh:.0f}")
-                console.print(etable)
-                energy = {k: v.model_dump(mode="json") for k, v in report.regions.items()}
-                tenants = report
-                ttable = Table(title="the same energy by tenant (shared out by requests), largest first",
-                               caption=UNATTRIBUTED_NOTE)
-                for col in ("tenant", "energy Wh", "carbon g", "share"):
-                    ttable.add_column(col, justify="left" if col == "tenant" else "right")
-                total_kwh = tenants.totals.energy_kwh or 1.0
-                groups = {k: (t.energy_kwh, t.carbon_kg) for k, t in tenants.groups.items()}
-                for name, kwh, kg in tenant_rows(groups):
-                    ttable.add_row(name, f"{kwh * 1000:.2f}", f"{kg * 1000:.2f}", f"{100 * kwh / total_kwh:.0f} %")
-                console.print(ttable)
-                energy_by_tenant = {k: v.model_dump(mode="json") for k, v in tenants.groups.items()}
-            except grpc.RpcError as exc:
-                console.print(f"[yellow]energy report unavailable: {exc.details()}[/yellow]")  # type: ignore[attr-defined]
+            energy, energy_by_tenant = _print_live_energy(fed.target)
         by_region: dict[str, int] = defaultdict(int)
         for w in current:
             if w.state == api.WORKLOAD_STATE_RUNNING:
                 by_region[w.region] += w.spec.replicas
-        return {"workloads": len(ids), "states": dict(states), "replicas_running_by_region": dict(by_region),
+        return {"workloads": len(current), "states": dict(states), "replicas_running_by_region": dict(by_region),
                 "carbon_g_per_kwh": fed.carbon, "energy": energy,
                 "energy_by_tenant": energy_by_tenant, "wall_s": time.perf_counter() - t0,
                 "redis_key_prefix": fed.key_prefix}  # every key under it is removed when the live part ends
     finally:
         fed.close()
+
+
+def _submit_and_follow(stub: GlobalSchedulerStub, requests: list[api.SubmitWorkloadRequest], *,
+                       timeout_s: float) -> list[api.Workload]:
+    """Submit every request through the API, then poll until each workload is settled (or ``timeout_s``),
+    with progress bars; returns the workloads as last read."""
+    from meridian_demo import embedded
+    from protos import global_api_pb2 as api
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        task = progress.add_task("submitting DLRM workloads", total=len(requests))
+        submitted = []
+        for req in requests:
+            submitted.append(stub.SubmitWorkload(req, timeout=10))
+            progress.advance(task)
+        ids = [w.id for w in submitted]
+        task2 = progress.add_task("waiting for placements", total=len(ids))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            current = [stub.GetWorkload(api.GetWorkloadRequest(id=i), timeout=10) for i in ids]
+            settled = sum(w.state in embedded.TERMINAL for w in current)
+            progress.update(task2, completed=settled)
+            if settled == len(ids) or time.monotonic() > deadline:
+                return current
+            time.sleep(0.2)
+
+
+def _print_live_clusters(clusters: Iterable[api.Cluster], current: list[api.Workload]) -> None:
+    from protos import global_api_pb2 as api
+
+    table = Table(title="clusters (live)")
+    for col in ("cluster", "region", "ready", "nodes", "gCO2/kWh", "free CPU", "free GPUs", "running"):
+        table.add_column(col, justify="left" if col in ("cluster", "region") else "right")
+    running = Counter(w.cluster for w in current if w.state == api.WORKLOAD_STATE_RUNNING)
+    for c in sorted(clusters, key=lambda c: (c.carbon_unknown, c.carbon_g_per_kwh)):
+        table.add_row(c.name, c.region, "yes" if c.ready else "no", str(c.nodes),
+                      "unknown" if c.carbon_unknown else f"{c.carbon_g_per_kwh:.0f}",
+                      f"{c.free_milli_cpu / 1000:.0f}", str(c.free_gpus), str(running.get(c.name, 0)))
+    console.print(table)
+
+
+def _print_live_energy(target: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Print the last ten minutes' energy by region and by tenant from the accounting ledger; returns both
+    as JSON (empty when the report is unavailable)."""
+    import grpc
+
+    from global_scheduler.accounting.report import UNATTRIBUTED_NOTE, ReportQuery
+    from global_scheduler.accounting.service import fetch_report
+
+    try:
+        # One report, grouped by tenant, also carries the per-region totals of the same ledger
+        # snapshot: two fetches from the live ledger would disagree by what landed in between.
+        report = fetch_report(target, ReportQuery(
+            since=datetime.now(UTC) - timedelta(minutes=10), until=datetime.now(UTC) + timedelta(seconds=1),
+            group_by="tenant"))
+    except grpc.RpcError as exc:
+        console.print(f"[yellow]energy report unavailable: {exc.details()}[/yellow]")  # type: ignore[attr-defined]
+        return {}, {}
+    etable = Table(title="energy during the live part (from the accounting ledger over gRPC)")
+    for col in ("region", "energy Wh", "carbon g", "gCO2/kWh"):
+        etable.add_column(col, justify="left" if col == "region" else "right")
+    for name, t in sorted(report.regions.items()):
+        etable.add_row(name, f"{t.energy_kwh * 1000:.2f}", f"{t.carbon_kg * 1000:.2f}",
+                       "–" if t.carbon_intensity_g_per_kwh is None else f"{t.carbon_intensity_g_per_kwh:.0f}")
+    console.print(etable)
+    ttable = Table(title="the same energy by tenant (shared out by requests), largest first",
+                   caption=UNATTRIBUTED_NOTE)
+    for col in ("tenant", "energy Wh", "carbon g", "share"):
+        ttable.add_column(col, justify="left" if col == "tenant" else "right")
+    total_kwh = report.totals.energy_kwh or 1.0
+    groups = {k: (t.energy_kwh, t.carbon_kg) for k, t in report.groups.items()}
+    for name, kwh, kg in tenant_rows(groups):
+        ttable.add_row(name, f"{kwh * 1000:.2f}", f"{kg * 1000:.2f}", f"{100 * kwh / total_kwh:.0f} %")
+    console.print(ttable)
+    return ({k: v.model_dump(mode="json") for k, v in report.regions.items()},
+            {k: v.model_dump(mode="json") for k, v in report.groups.items()})
 
 
 TOP_TENANTS = 10

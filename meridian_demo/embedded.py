@@ -181,7 +181,7 @@ def start_federation(cfg: DemoConfig, *, bus_url: str, traces_dir: Path) -> Fede
     config_dir = Path(tempfile.mkdtemp(prefix="meridian-demo-"))
     settings = GlobalSchedulerSettings(
         api={"listen": "127.0.0.1:0", "max_workers": 16},
-        bus={"url": bus_url, "key_prefix": key_prefix, "poll_block_ms": 50},
+        bus={"url": bus_url, "key_prefix": key_prefix, "block_ms": 50},
         registry={"cluster_timeout_s": max(5.0, 10 * cfg.summary_interval_s), "sweep_interval_s": 0.2,
                   "config_file": write_federation_file(cfg, config_dir)},
         routing={"policy": cfg.routing, "defer_recheck_s": 5.0},
@@ -204,7 +204,7 @@ def start_federation(cfg: DemoConfig, *, bus_url: str, traces_dir: Path) -> Fede
         extra.append(_energy)
         accountant = SummaryAccountant(bus=open_bus(bus_url, key_prefix=key_prefix), ledger=ledger,
                                        consumer="demo-accounting", price_per_mwh=lambda region, t_s: 100.0,
-                                       block_ms=100)
+                                       settings={"block_ms": 100})
         accounting_thread, accounting_stop = start_accounting(accountant)
         accounting_threads.append(accounting_thread)
     server = build_server(engine, extra_services=extra)
@@ -223,7 +223,7 @@ def start_federation(cfg: DemoConfig, *, bus_url: str, traces_dir: Path) -> Fede
             worker = DispatchWorker(
                 bus=_bus(bus_url, key_prefix, shared), state=simulated_cluster(picked),
                 settings=DispatchWorkerSettings(cluster=name, region=region, policy=cfg.placement,
-                                                summary_interval_s=cfg.summary_interval_s, block_ms=50,
+                                                summary_interval_s=cfg.summary_interval_s, bus={"block_ms": 50},
                                                 carbon_g_per_kwh=fed.carbon[region], pue=REGIONS[region].pue))
             fed.workers[name] = worker
             t = threading.Thread(target=worker.run, args=(fed.stop,), name=f"regional-{name}", daemon=True)

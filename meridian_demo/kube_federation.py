@@ -273,7 +273,7 @@ class KubeFederation:
         assert self.bus_url is not None and self._config is not None
         settings = GlobalSchedulerSettings(
             api={"listen": "127.0.0.1:0", "max_workers": 32},
-            bus={"url": self.bus_url, "poll_block_ms": 50},
+            bus={"url": self.bus_url, "block_ms": 50},
             registry={"cluster_timeout_s": self.registry_timeout_s, "sweep_interval_s": 0.5,
                       "config_file": Path(str(self._config.source))},
             reconcile={"interval_s": 2.0, "grace_s": self.reconcile_grace_s},

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 
 from meridian import observability
 from meridian.bus import BusError, BusUnavailableError, StreamBus
+from meridian.bus.consumer import backoff_delay
 
 log = logging.getLogger(__name__)
 PUBLISHED = observability.counter("meridian_agent_reports_published_total", "Reports the agent handed to the bus.")
@@ -83,7 +84,7 @@ class ReportPublisher:
                 self._outage_since_s, self._dropped_before_outage = now, self.dropped_total
                 self._say(f"cannot publish to {self.stream}: {exc}; buffering {len(self.buffer)} reports (cap "
                           f"{self.buffer_max}, the oldest dropped beyond it) and retrying", level=logging.WARNING)
-            self._retry_at = now + self.backoff_s[min(self.failures, len(self.backoff_s) - 1)]
+            self._retry_at = now + backoff_delay(self.backoff_s, self.failures)
             self.failures += 1
             PUBLISH_FAILURES.inc()
             return False

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import AliasChoices, BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from meridian.bus.settings import BackoffDelays
 from meridian.observability import default_bind_address
 
 
@@ -28,8 +29,9 @@ class PublishSettings(BaseModel):
                                     "each: ~66 MB) whatever the node count, for simulated fleets.")
     stream_maxlen: int = Field(1_000_000, ge=1000, description="Approximate length bound of the cluster's telemetry "
                                "stream (entries): ~20 s of a 100,000-node cluster, ~300 MB of Redis memory.")
-    backoff_s: tuple[float, ...] = Field((0.5, 1.0, 2.0, 5.0, 10.0), description="Delays (s) between publish "
-                                         "retries during an outage; the last repeats.")
+    backoff_s: BackoffDelays = Field((0.5, 1.0, 2.0, 5.0, 10.0), description="Delays (s) between publish "
+                                     "retries during an outage; the last repeats. Up to 10 s: a whole fleet "
+                                     "retries against a recovering Redis, and reports are buffered meanwhile.")
     labels_every: int = Field(30, ge=1, description="Send labels and taints with every Nth report (and the first).")
 
 

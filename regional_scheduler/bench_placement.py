@@ -3,6 +3,12 @@
 For each seed, each policy gets an identical copy of the workload (same inflation, same order),
 so differences come from the policies alone. Metrics are averaged over seeds; a metric that does
 not apply to a scenario (GPU metrics on a CPU-only cluster) is ``null``.
+
+A policy sees only the past, as in a live scheduler: the pods placed so far (and the ones that fit
+no node). The FGD paper's protocol (``paper=True``, ``--paper``) also states the target workload's
+*distribution* before the run (the pod list, which FGD and the learned policy's gate reduce to
+frequencies of pod shapes: a policy's decisions do not change when the list is reordered, which
+``tests/regional_scheduler/test_bench_protocol.py`` checks); it is reported as such.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ SEED_FIRST_SEED = 0
 class BenchInput:
     scenario: str
     nodes: list[Node]
-    pods: list[Pod]  # the pod list (also the target workload)
+    pods: list[Pod]  # the pod list (its distribution is the target workload under the paper protocol)
 
 
 def load_input(scenario: str, *, pods_csv: Path | None = None, nodes_csv: Path | None = None) -> BenchInput:
@@ -48,31 +54,33 @@ def bench_policy(name: str) -> Any:
     is counted, not enforced (``enforce_budget=False``), so a result does not depend on how loaded
     the machine was; the count is reported (``over_budget_decisions``)."""
     if name == "learned":
-        from regional_scheduler.learned.serving import ServingSettings, new_learned_policy
+        from regional_scheduler.learned.serving import ServingSettings
+        from regional_scheduler.policies import learned
 
-        return new_learned_policy(ServingSettings.from_env().model_copy(update={"enforce_budget": False}))
+        return learned.build(ServingSettings.from_env().model_copy(update={"enforce_budget": False}))
     return get_policy(name)
 
 
 def _with_policy_counts(result: RunResult, scheduler: Scheduler) -> RunResult:
     """The policy's own counters, for a policy that declares :class:`ReportsRunCounts` (the learned one:
-    decisions over budget, fallbacks, and whether the gate or the replays left the workload to FGD)."""
+    decisions over budget, fallbacks, and whether the gate left the workload to FGD)."""
     if isinstance(scheduler.policy, ReportsRunCounts):
         result.final.update(scheduler.policy.run_counts())
     return result
 
 
 def run_one(inp: BenchInput, policy_name: str, seed: int, *, on_step: Callable[[int], None] | None = None,
-            scheduler_factory: Callable[[str, int], Scheduler] | None = None, online: bool = False) -> RunResult:
-    """One policy, one seed. ``online``: the policy is never told the target workload (a live
-    scheduler's situation); FGD, and the learned policy's FGD, learn it from the pods they place."""
+            scheduler_factory: Callable[[str, int], Scheduler] | None = None, paper: bool = False) -> RunResult:
+    """One policy, one seed. By default the policy is never told the target workload (a live
+    scheduler's situation): FGD, and the learned policy's FGD, learn it from the pods they place.
+    ``paper``: the FGD paper's protocol, the workload's distribution stated before the run."""
     make = scheduler_factory or (lambda name, s: Scheduler(bench_policy(name), seed=s))
     scheduler = make(policy_name, seed)
-    return _with_policy_counts(_run(inp, scheduler, seed, on_step, prepare=not online), scheduler)
+    return _with_policy_counts(_run(inp, scheduler, seed, on_step, prepare=paper), scheduler)
 
 
 def _run(inp: BenchInput, scheduler: Any, seed: int, on_step: Callable[[int], None] | None, *,
-         prepare: bool = True) -> RunResult:
+         prepare: bool) -> RunResult:
     if inp.scenario == "openb":
         cap = sum(n.allocatable_resources.gpu for n in inp.nodes) * 1000
         arrivals = openb.inflate_pods(inp.pods, cap, ratio=1.3, seed=seed)
@@ -134,8 +142,6 @@ def summarize(results: Sequence[RunResult], total_gpus: int) -> dict[str, Any]:
         "fallback_decisions": _sum([r.final.get("fallback_decisions") for r in results]),
         # learned only: seeds whose workload its gpu profile's gate_share left to FGD (at the run's end)
         "gated_to_fgd_seeds": _sum([r.final.get("gated_to_fgd") for r in results]),
-        # learned only: seeds whose workload the gpu profile's replays left to FGD
-        "replays_chose_fgd_seeds": _sum([r.final.get("replays_chose_fgd") for r in results]),
         "per_seed_gpu_alloc_pct_at_100": [c["gpu_alloc_pct"] if c else None for c in at100],
     }
 

@@ -43,12 +43,13 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from meridian import observability as obs
 from meridian.bus import (
@@ -62,6 +63,7 @@ from meridian.bus import (
 from meridian.bus.base import StreamEntry
 from meridian.bus.consumer import run_with_backoff
 from meridian.bus.health import GroupGauges
+from meridian.bus.settings import ConsumerSettings, StreamConsumerSettings
 from meridian.cluster_state import ClusterState
 from meridian.metrics import seed_fragmentation_score
 from meridian.model import MILLI_GPU_PER_DEVICE, Node, Pod, Resources
@@ -76,10 +78,18 @@ log = logging.getLogger(__name__)
 GROUP = "regional-dispatch"
 
 
-class DispatchWorkerSettings(BaseSettings):
-    """Environment: ``MERIDIAN_DISPATCH_*``."""
+DispatchBus = ConsumerSettings.tailored("DispatchBus", at_least={"block_ms": 1, "claim_idle_ms": 1000})
+"""The dispatch worker's stream settings: the shared defaults; it must block (a worker that does not polls
+Redis without pause) and claim only after a second (longer than any single apply)."""
+
+
+class DispatchWorkerSettings(StreamConsumerSettings):
+    """Environment: ``MERIDIAN_DISPATCH_*``; the stream settings ``MERIDIAN_DISPATCH_BUS__*`` (``BATCH``,
+    ``BLOCK_MS``, ``CLAIM_IDLE_MS``, ``BACKOFF_S``; the flat ``MERIDIAN_DISPATCH_BLOCK_MS`` and so on still work)."""
 
     model_config = SettingsConfigDict(env_prefix="MERIDIAN_DISPATCH_")
+    flat_bus_names: ClassVar[Mapping[str, str]] = {"batch": "batch", "block_ms": "block_ms", "claim_idle_ms": "claim_idle_ms",
+                      "backoff_s": "backoff_s"}
 
     cluster: str = Field("local", min_length=1, description="This cluster's name (selects meridian:dispatch:{cluster}).")
     bus_url: str = Field("redis://127.0.0.1:6379/0", description="Stream bus URL (redis://… or memory://).")
@@ -88,17 +98,14 @@ class DispatchWorkerSettings(BaseSettings):
     region: str = Field("local", min_length=1, description="Region reported in the cluster summaries; the global "
                         "scheduler routes a workload here only if its allowed regions name it (or are empty).")
     policy: str = Field("best-fit", description="Placement policy name from regional_scheduler.policies.registry.")
-    batch: int = Field(256, ge=1, description="Entries read per poll; a batch is acknowledged together.")
-    block_ms: int = Field(200, ge=1, description="Longest wait for new entries per poll (ms).")
-    claim_idle_ms: int = Field(30_000, ge=1000, description="Pending entries idle this long belong to a dead "
-                               "consumer and are claimed (XAUTOCLAIM); longer than any single apply.")
+    bus: DispatchBus = Field(default_factory=DispatchBus, description="Reading the dispatch stream: batch, "
+                             "block_ms, claim_idle_ms, backoff_s (meridian.bus.settings.ConsumerSettings).")
     summary_interval_s: float = Field(5.0, gt=0, description="Seconds between summaries of a simulated cluster.")
     start_delay_s: float = Field(0.0, ge=0, description="Simulated pod start time (image pull, init): RUNNING "
                                  "follows SCHEDULED after this long; 0 = at once.")
     carbon_g_per_kwh: float | None = Field(None, ge=0, description="Grid intensity reported for a simulated "
                                            "cluster; unset: its summaries say the intensity is unknown.")
     pue: float = Field(1.2, ge=1, description="PUE reported for a simulated cluster.")
-    backoff_s: tuple[float, ...] = Field((0.2, 0.5, 1.0, 2.0, 5.0), description="Delays while the bus is down.")
     events_maxlen: int = Field(100_000, ge=1000, description="Approximate bound of the events stream (entries).")
 
 
@@ -286,10 +293,10 @@ class DispatchWorker:
 
     def poll_once(self, *, block_ms: int | None = None) -> int:
         """Read (and claim stale) entries, apply, publish events, acknowledge. Returns entries handled."""
-        entries = self.bus.claim_stale(self.stream, GROUP, self.consumer, min_idle_ms=self.settings.claim_idle_ms,
-                                       count=self.settings.batch)
-        entries += self.bus.read_group(self.stream, GROUP, self.consumer, count=self.settings.batch,
-                                       block_ms=self.settings.block_ms if block_ms is None else block_ms)
+        entries = self.bus.claim_stale(self.stream, GROUP, self.consumer, min_idle_ms=self.settings.bus.claim_idle_ms,
+                                       count=self.settings.bus.batch)
+        entries += self.bus.read_group(self.stream, GROUP, self.consumer, count=self.settings.bus.batch,
+                                       block_ms=self.settings.bus.block_ms if block_ms is None else block_ms)
         self._gauges.maybe_update()
         if not entries:
             return 0
@@ -373,7 +380,7 @@ class DispatchWorker:
         def say(exc: Exception, delay: float) -> None:
             log.warning("dispatch worker %s: bus unavailable (%s); retrying in %.1f s", self.cluster, exc, delay)
 
-        run_with_backoff(stop, step, delays=self.settings.backoff_s, on_failure=say)
+        run_with_backoff(stop, step, delays=self.settings.bus.backoff_s, on_failure=say)
 
 
 def simulated_power_watts(st: ClusterState, *, idle: bool = False) -> float:

@@ -6,8 +6,18 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+    from meridian.observability import MetricsServer
+    from regional_scheduler.extender import ExtenderServer
+    from regional_scheduler.kube_scheduler import KubernetesScheduler, KubeSchedulerSettings
+    from regional_scheduler.service import RegionalScheduler
+    from regional_scheduler.summary_publisher import RegionalTelemetry
 
 
 def regional_scheduler_command(
@@ -48,78 +58,115 @@ def regional_scheduler_command(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="debug logging"),
 ) -> None:
     """Schedule the cluster's pods that set schedulerName: meridian (and/or serve the extender)."""
-    from kubernetes.config.config_exception import ConfigException
-
     from meridian import observability as obs
-    from regional_scheduler.extender import ExtenderServer, parse_listen
-    from regional_scheduler.kube_scheduler import KubernetesScheduler, KubeSchedulerSettings, api_client_from
-    from regional_scheduler.policies.registry import REGISTRY
+    from regional_scheduler.kube_scheduler import KubernetesScheduler
     from regional_scheduler.service import RegionalScheduler
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    overrides = {k: v for k, v in {
+    settings = _scheduler_settings({
         "cluster": cluster, "policy": policy, "scheduler_name": scheduler_name, "kube_api_qps": kube_api_qps,
         "kube_api_burst": kube_api_burst, "bind_workers": bind_workers, "leader_elect": leader_elect,
         "lease_namespace": lease_namespace, "lease_name": lease_name, "lease_duration_s": lease_duration_s,
         "renew_deadline_s": renew_deadline_s, "retry_period_s": retry_period_s, "identity": identity,
         "bus_url": bus_url, "region": region,
-    }.items() if v is not None}
-    settings = KubeSchedulerSettings(**overrides)
-    if settings.policy not in REGISTRY:
-        raise typer.BadParameter(f"unknown policy {settings.policy!r}; known: {', '.join(REGISTRY)}",
-                                 param_hint="--policy")
-    try:
-        api = api_client_from(str(kubeconfig) if kubeconfig else None, pool_size=settings.bind_workers + 8)
-    except (ConfigException, OSError) as exc:
-        typer.echo(f"error: cannot load a Kubernetes configuration ({exc}); pass --kubeconfig FILE or run in a pod",
-                   err=True)
-        raise typer.Exit(2) from None
+    })
+    api = _kube_api(kubeconfig, pool_size=settings.bind_workers + 8)
     service = RegionalScheduler(cluster=settings.cluster, policy=settings.policy)
     runner = KubernetesScheduler(api=api, service=service, settings=settings)
     metrics = obs.start_metrics_server(obs.MetricsSettings(**({"port": metrics_port} if metrics_port is not None
                                                               else {})))
-    server = None
-    if extender:
-        try:
-            server = ExtenderServer(parse_listen(extender), service).start()
-        except (ValueError, OSError) as exc:
-            typer.echo(f"error: cannot serve the extender on {extender}: {exc}", err=True)
-            raise typer.Exit(2) from None
-        logging.getLogger(__name__).info("extender at %s", server.url)
-
+    server = _start_extender(extender, service) if extender else None
     telemetry = None
     if settings.bus_url:
-        from meridian.bus import BusError, redact_url
-        from regional_scheduler.summary_publisher import RegionalTelemetry, SummarySettings
-        from regional_scheduler.telemetry_state import TelemetryConsumerSettings
+        telemetry = _start_telemetry(settings, service, runner, kubeconfig=kubeconfig, dispatch=dispatch,
+                                     workload_namespace=workload_namespace)
+    sys.exit(_serve(runner, schedule=schedule, telemetry=telemetry, server=server, metrics=metrics))
 
-        try:
-            consumer_settings = TelemetryConsumerSettings(cluster=settings.cluster, bus_url=settings.bus_url)
-            dispatcher = None
-            if dispatch:
-                from meridian.bus import open_bus
-                from regional_scheduler.kube_dispatch import KubeDispatchSettings, KubeDispatchWorker
 
-                dispatch_settings = KubeDispatchSettings(**({"namespace": workload_namespace}
-                                                            if workload_namespace else {}))
-                dispatcher = KubeDispatchWorker(
-                    bus=open_bus(settings.bus_url, key_prefix=consumer_settings.key_prefix),
-                    api=api_client_from(str(kubeconfig) if kubeconfig else None, pool_size=8),
-                    cluster=settings.cluster, settings=dispatch_settings)
-            telemetry = RegionalTelemetry(settings=consumer_settings, summary=SummarySettings(region=settings.region),
-                                          scheduler=service, objects=dispatcher).start()
-        except BusError as exc:
-            typer.echo(f"error: cannot open the bus at {redact_url(settings.bus_url)}: {exc}", err=True)
-            raise typer.Exit(2) from None
-        if dispatcher is not None:
-            import threading
+def _scheduler_settings(options: dict[str, object]) -> KubeSchedulerSettings:
+    """The settings from the environment, overridden by the options given (those not None)."""
+    from regional_scheduler.kube_scheduler import KubeSchedulerSettings
+    from regional_scheduler.policies.registry import REGISTRY
 
-            leading = runner.elector.leading if runner.elector is not None else None
-            threading.Thread(target=dispatcher.run, args=(runner.stop,), kwargs={"leading": leading},
-                             name="kube-dispatch", daemon=True).start()
-            logging.getLogger(__name__).info("dispatching workloads into namespace %s",
-                                             dispatcher.settings.namespace)
+    overrides = {k: v for k, v in options.items() if v is not None}
+    settings = KubeSchedulerSettings(**overrides)  # type: ignore[arg-type]
+    if settings.policy not in REGISTRY:
+        raise typer.BadParameter(f"unknown policy {settings.policy!r}; known: {', '.join(REGISTRY)}",
+                                 param_hint="--policy")
+    return settings
+
+
+def _kube_api(kubeconfig: Path | None, *, pool_size: int) -> ApiClient:
+    """An API client from ``--kubeconfig`` (or the in-cluster config); exit 2 with a hint when none loads."""
+    from kubernetes.config.config_exception import ConfigException
+
+    from regional_scheduler.kube_scheduler import api_client_from
+
+    try:
+        return api_client_from(str(kubeconfig) if kubeconfig else None, pool_size=pool_size)
+    except (ConfigException, OSError) as exc:
+        typer.echo(f"error: cannot load a Kubernetes configuration ({exc}); pass --kubeconfig FILE or run in a pod",
+                   err=True)
+        raise typer.Exit(2) from None
+
+
+def _start_extender(listen: str, service: RegionalScheduler) -> ExtenderServer:
+    """Serve kube-scheduler's extender protocol on ``listen`` (HOST:PORT); exit 2 when it cannot."""
+    from regional_scheduler.extender import ExtenderServer, parse_listen
+
+    try:
+        server = ExtenderServer(parse_listen(listen), service).start()
+    except (ValueError, OSError) as exc:
+        typer.echo(f"error: cannot serve the extender on {listen}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    logging.getLogger(__name__).info("extender at %s", server.url)
+    return server
+
+
+def _start_telemetry(settings: KubeSchedulerSettings, service: RegionalScheduler, runner: KubernetesScheduler, *,
+                     kubeconfig: Path | None, dispatch: bool, workload_namespace: str | None) -> RegionalTelemetry:
+    """Consume the node agents' telemetry from ``settings.bus_url`` and publish summaries; with ``dispatch``,
+    also create the dispatched workloads' objects in a thread (the leader only). Exit 2 when the bus fails."""
+    from meridian.bus import BusError, redact_url
+    from regional_scheduler.kube_scheduler import api_client_from
+    from regional_scheduler.summary_publisher import RegionalTelemetry, SummarySettings
+    from regional_scheduler.telemetry_state import TelemetryConsumerSettings
+
+    assert settings.bus_url
+    try:
+        consumer_settings = TelemetryConsumerSettings(cluster=settings.cluster, bus_url=settings.bus_url)
+        dispatcher = None
+        if dispatch:
+            from meridian.bus import open_bus
+            from regional_scheduler.kube_dispatch import KubeDispatchSettings, KubeDispatchWorker
+
+            dispatch_settings = KubeDispatchSettings(**({"namespace": workload_namespace}
+                                                        if workload_namespace else {}))
+            dispatcher = KubeDispatchWorker(
+                bus=open_bus(settings.bus_url, key_prefix=consumer_settings.key_prefix),
+                api=api_client_from(str(kubeconfig) if kubeconfig else None, pool_size=8),
+                cluster=settings.cluster, settings=dispatch_settings)
+        telemetry = RegionalTelemetry(settings=consumer_settings, summary=SummarySettings(region=settings.region),
+                                      scheduler=service, objects=dispatcher).start()
+    except BusError as exc:
+        typer.echo(f"error: cannot open the bus at {redact_url(settings.bus_url)}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if dispatcher is not None:
+        import threading
+
+        leading = runner.elector.leading if runner.elector is not None else None
+        threading.Thread(target=dispatcher.run, args=(runner.stop,), kwargs={"leading": leading},
+                         name="kube-dispatch", daemon=True).start()
+        logging.getLogger(__name__).info("dispatching workloads into namespace %s",
+                                         dispatcher.settings.namespace)
+    return telemetry
+
+
+def _serve(runner: KubernetesScheduler, *, schedule: bool, telemetry: RegionalTelemetry | None,
+           server: ExtenderServer | None, metrics: MetricsServer | None) -> int:
+    """Schedule (or, with ``schedule`` off, only keep the informers for the extender) until SIGTERM or
+    SIGINT, then stop what was started; returns the exit code."""
 
     def _stop(*_: object) -> None:
         runner.stop.set()
@@ -141,7 +188,7 @@ def regional_scheduler_command(
             server.stop()
         if metrics is not None:
             metrics.shutdown()
-    sys.exit(code)
+    return code
 
 
 def main() -> None:

@@ -52,21 +52,23 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from meridian import observability as obs
 from meridian import quantity
 from meridian.bus import BusError, BusUnavailableError, StreamBus, dispatch_stream, events_stream
 from meridian.bus.base import StreamEntry
+from meridian.bus.consumer import backoff_delay
 from meridian.bus.health import GroupGauges
+from meridian.bus.settings import ConsumerSettings, StreamConsumerSettings
 from protos import dispatch_pb2 as dpb
 from protos import telemetry_pb2 as tpb
 from regional_scheduler.kube_objects import GPU_RESOURCE, GPU_SHARE_RESOURCE
@@ -86,10 +88,19 @@ DEPLOYMENT, JOB = "Deployment", "Job"
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 
 
-class KubeDispatchSettings(BaseSettings):
-    """Environment: ``MERIDIAN_KUBE_DISPATCH_*``."""
+KubeDispatchBus = ConsumerSettings.tailored("KubeDispatchBus", batch=64, block_ms=500,
+                                            at_least={"block_ms": 1, "claim_idle_ms": 1000})
+"""The Kubernetes dispatch worker's stream settings: smaller batches than the simulated worker's (each entry is
+a round trip to the API server), a longer wait (the leader polls alone), and the same lower bounds."""
+
+
+class KubeDispatchSettings(StreamConsumerSettings):
+    """Environment: ``MERIDIAN_KUBE_DISPATCH_*``; the stream settings ``MERIDIAN_KUBE_DISPATCH_BUS__*`` (the flat
+    ``MERIDIAN_KUBE_DISPATCH_BLOCK_MS`` and so on still work)."""
 
     model_config = SettingsConfigDict(env_prefix="MERIDIAN_KUBE_DISPATCH_")
+    flat_bus_names: ClassVar[Mapping[str, str]] = {"batch": "batch", "block_ms": "block_ms", "claim_idle_ms": "claim_idle_ms",
+                      "backoff_s": "backoff_s"}
 
     namespace: str = Field("meridian-workloads", min_length=1, description="Namespace of the Deployments and "
                            "Jobs created for dispatched workloads (the regional scheduler's Role is scoped to it).")
@@ -107,12 +118,9 @@ class KubeDispatchSettings(BaseSettings):
     request_timeout_s: float = Field(10.0, gt=0, description="Timeout of one API request.")
     apply_workers: int = Field(8, ge=1, description="Workloads applied at once (one workload's entries stay in "
                                "order); each apply is a round trip to the API server.")
-    batch: int = Field(64, ge=1, description="Dispatch entries read per poll.")
-    block_ms: int = Field(500, ge=1, description="Longest wait for new entries per poll (ms).")
-    claim_idle_ms: int = Field(30_000, ge=1000, description="Entries pending this long belong to a dead consumer "
-                               "and are claimed (XAUTOCLAIM).")
-    backoff_s: tuple[float, ...] = Field((0.2, 0.5, 1.0, 2.0, 5.0), description="Delays while the bus or the API "
-                                         "server does not answer; the last repeats.")
+    bus: KubeDispatchBus = Field(default_factory=KubeDispatchBus, description="Reading the dispatch stream: "
+                                 "batch, block_ms, claim_idle_ms, and backoff_s, the delays while the bus or the "
+                                 "API server does not answer (meridian.bus.settings.ConsumerSettings).")
     events_maxlen: int = Field(100_000, ge=1000, description="Approximate bound of the events stream (entries).")
 
 
@@ -434,9 +442,9 @@ class KubeDispatchWorker:
             entries, self._retry = self._retry, []
         else:
             entries = self.bus.claim_stale(self.stream, GROUP, self.consumer,
-                                           min_idle_ms=self.settings.claim_idle_ms, count=self.settings.batch)
-            entries += self.bus.read_group(self.stream, GROUP, self.consumer, count=self.settings.batch,
-                                           block_ms=self.settings.block_ms if block_ms is None else block_ms)
+                                           min_idle_ms=self.settings.bus.claim_idle_ms, count=self.settings.bus.batch)
+            entries += self.bus.read_group(self.stream, GROUP, self.consumer, count=self.settings.bus.batch,
+                                           block_ms=self.settings.bus.block_ms if block_ms is None else block_ms)
         self._gauges.maybe_update()
         # One workload's entries in order; different workloads side by side (each apply is a round trip).
         # Each entry is decoded once, here; those that do not decode are dead-lettered, in a group of their own.
@@ -571,7 +579,7 @@ class KubeDispatchWorker:
                     # at once, not after claim_idle_ms (a deposed leader still applying it is harmless:
                     # server-side apply of the same attempt writes nothing).
                     self._retry = self.bus.claim_stale(self.stream, GROUP, self.consumer, min_idle_ms=0,
-                                                       count=self.settings.batch) + self._retry
+                                                       count=self.settings.bus.batch) + self._retry
                     if self._retry:
                         log.info("%s: took over %d dispatch entries a previous leader left unacknowledged",
                                  self.cluster, len(self._retry))
@@ -598,10 +606,10 @@ class KubeDispatchWorker:
             except ApiException as exc:  # a list refused (RBAC): say so, keep going
                 log.error("dispatch into %s: the API server refused a status read: %s", self.cluster,
                           _status_message(exc))
-                stop.wait(self.settings.backoff_s[-1])
+                stop.wait(self.settings.bus.backoff_s[-1])
 
     def _back_off(self, stop: threading.Event, exc: Exception, failures: int) -> int:
-        delay = self.settings.backoff_s[min(failures, len(self.settings.backoff_s) - 1)]
+        delay = backoff_delay(self.settings.bus.backoff_s, failures)
         what = "API server" if isinstance(exc, ApiServerUnavailableError) else "bus"
         log.warning("dispatch into %s: %s unavailable (%s); retrying in %.1f s", self.cluster, what, exc, delay)
         stop.wait(delay)

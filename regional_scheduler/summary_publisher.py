@@ -33,6 +33,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from meridian import observability
 from meridian.bus import SUMMARY_STREAM, StreamBus, open_bus
 from meridian.bus.consumer import run_with_backoff
+from meridian.bus.settings import BackoffDelays
 from meridian.cluster_state import ClusterState
 from meridian.metrics import seed_fragmentation_score
 from protos import telemetry_pb2 as pb
@@ -53,8 +54,9 @@ class SummarySettings(BaseSettings):
                               "minutes-scale capacity and carbon, so 10 s is fresh and costs nothing.")
     maxlen: int = Field(10_000, ge=100, description="Approximate length bound of meridian:summary (entries); "
                         "100 clusters every 10 s keep about 17 minutes of history.")
-    backoff_s: tuple[float, ...] = Field((0.5, 1.0, 2.0, 5.0), description="Delays (s) between retries while the "
-                                         "bus is unreachable; the last repeats.")
+    backoff_s: BackoffDelays = Field((0.5, 1.0, 2.0, 5.0), description="Delays (s) between retries while the "
+                                     "bus is unreachable; the last repeats. A summary every 10 s need not retry "
+                                     "sooner than 0.5 s.")
 
 
 class SummarySource(Protocol):

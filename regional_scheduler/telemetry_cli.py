@@ -28,8 +28,9 @@ import re
 import shutil
 import subprocess
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import typer
@@ -39,8 +40,13 @@ from rich.table import Table
 from meridian.cli import CliRoot
 
 if TYPE_CHECKING:
+    from multiprocessing.sharedctypes import Synchronized
+
+    import redis
+
     from meridian.bus import RedisStreamBus
     from meridian.fleet import SimulatedFleet
+    from regional_scheduler.telemetry_state import TelemetryConsumer, TelemetryState
 
 console = Console(width=None if Console().is_terminal else 160)
 DEFAULT_NODE_LIST = Path("alibaba-gpu-v2023") / "openb_node_list_all_node.csv"  # under the shared traces
@@ -132,8 +138,8 @@ def _consumer_drain(bus: RedisStreamBus, fleet: SimulatedFleet, reports: int, ba
 
     stream = telemetry_stream(BENCH_CLUSTER)
     bus.delete(stream)
-    settings = TelemetryConsumerSettings(cluster=BENCH_CLUSTER, group="drain", consumer="drain-0", batch_count=batch,
-                                         block_ms=0, claim_interval_s=3600, stale_after_s=3600)
+    settings = TelemetryConsumerSettings(cluster=BENCH_CLUSTER, group="drain", consumer="drain-0",
+                                         bus={"batch": batch, "block_ms": 0}, claim_interval_s=3600, stale_after_s=3600)
     state = TelemetryState(cluster=BENCH_CLUSTER, stale_after_s=settings.stale_after_s)
     consumer = TelemetryConsumer(bus=bus, state=state, settings=settings)
     bus.publish_many(stream, fleet.reports(time.time()))  # first round: the state learns every node
@@ -170,29 +176,51 @@ def bench_telemetry(
     json_out: Path | None = typer.Option(None, "--json", help="Write results as JSON to this file."),
 ) -> None:
     """End-to-end node reports/s through Redis into regional state, beside raw XADD throughput."""
-    import psutil
-    import redis
-
-    from meridian.bus import RedisStreamBus, telemetry_stream
-    from meridian.fleet import SimulatedFleet
-    from regional_scheduler.telemetry_state import (
-        TelemetryConsumer,
-        TelemetryConsumerSettings,
-        TelemetryState,
-    )
+    from meridian.bus import RedisStreamBus
 
     if node_list is None:
-        from meridian.traces import TracesNotFoundError, default_traces_dir
-
-        try:
-            candidate = default_traces_dir() / DEFAULT_NODE_LIST
-        except TracesNotFoundError as exc:
-            console.print(f"[yellow]synthetic node shapes: {exc}[/yellow]")
-        else:
-            node_list = candidate if candidate.is_file() else None
+        node_list = _default_node_list()
     key_prefix = f"bench-{os.getpid()}:"
     bus = RedisStreamBus(redis_url, key_prefix=key_prefix)
-    stream = telemetry_stream(BENCH_CLUSTER)
+    raw = _measure_raw(bus, redis_url=redis_url, key_prefix=key_prefix, nodes=nodes, node_list=node_list,
+                       raw_seconds=raw_seconds, chunk=chunk, batch=batch, drain_reports=drain_reports)
+    run = _end_to_end(bus, redis_url=redis_url, key_prefix=key_prefix, nodes=nodes, producers=producers,
+                      interval_s=interval_s, duration_s=duration_s, warmup_s=warmup_s, batch=batch, chunk=chunk,
+                      node_list=node_list, rss_every_s=rss_every_s)
+    results = _results(run, raw, nodes=nodes, producers=producers, interval_s=interval_s)
+    _print_results(results, nodes=nodes, producers=producers, interval_s=interval_s, window=run.t_stop - run.t_warm)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(results, indent=2) + "\n")
+
+
+def _default_node_list() -> Path | None:
+    """The shared trace's all-node list, when the traces and it are there."""
+    from meridian.traces import TracesNotFoundError, default_traces_dir
+
+    try:
+        candidate = default_traces_dir() / DEFAULT_NODE_LIST
+    except TracesNotFoundError as exc:
+        console.print(f"[yellow]synthetic node shapes: {exc}[/yellow]")
+        return None
+    return candidate if candidate.is_file() else None
+
+
+@dataclass
+class _RawRates:
+    """What Redis and the consumer do alone, before the end-to-end run."""
+
+    payload_bytes: int
+    python: float
+    redis_benchmark: float | None
+    drain: float | None
+
+
+def _measure_raw(bus: RedisStreamBus, *, redis_url: str, key_prefix: str, nodes: int, node_list: Path | None,
+                 raw_seconds: float, chunk: int, batch: int, drain_reports: int) -> _RawRates:
+    """Raw XADD of a sample fleet's reports (Meridian's client and redis-benchmark) and the consumer's drain."""
+    from meridian.fleet import SimulatedFleet
+
     sample = SimulatedFleet(cluster=BENCH_CLUSTER, region="bench", n_nodes=min(nodes, 10_000), node_list=node_list)
     sample.advance(time.time())
     payloads = sample.reports(time.time())
@@ -202,11 +230,51 @@ def bench_telemetry(
         raw_rb = _raw_xadd_redis_benchmark(redis_url, key_prefix, payload_bytes,
                                            requests=max(int(raw_seconds * 300_000), 20_000))
         drain_rate = _consumer_drain(bus, sample, drain_reports, batch) if drain_reports else None
-    del sample, payloads
+    return _RawRates(payload_bytes=payload_bytes, python=raw_python, redis_benchmark=raw_rb, drain=drain_rate)
 
+
+@dataclass
+class _EndToEnd:
+    """The end-to-end run's counters: at its start, at the end of the warm-up (None when it never ended)
+    and at the end of the measured window; then what was left in the stream."""
+
+    state: TelemetryState
+    consumer: TelemetryConsumer
+    t_start: float
+    t_warm: float
+    t_stop: float = 0.0
+    applied_warm: int | None = None
+    published_warm: int | None = None
+    cpu_warm: float | None = None
+    redis_cpu_warm: float | None = None
+    applied_end: int = 0
+    published_end: int = 0
+    published_total: int = 0
+    cpu_end: float = 0.0
+    redis_cpu_end: float = 0.0
+    producer_cpu_s: float = 0.0
+    rss: list[tuple[float, float]] = field(default_factory=list)
+    stream_length: int = 0
+    lag: int | None = None
+
+
+def _end_to_end(bus: RedisStreamBus, *, redis_url: str, key_prefix: str, nodes: int, producers: int,
+                interval_s: float, duration_s: float, warmup_s: float, batch: int, chunk: int,
+                node_list: Path | None, rss_every_s: float) -> _EndToEnd:
+    """Producer processes publish while this process consumes into the state; closes ``bus`` at the end."""
+    import redis
+
+    from meridian.bus import telemetry_stream
+    from regional_scheduler.telemetry_state import (
+        TelemetryConsumer,
+        TelemetryConsumerSettings,
+        TelemetryState,
+    )
+
+    stream = telemetry_stream(BENCH_CLUSTER)
     bus.delete(stream)
     settings = TelemetryConsumerSettings(cluster=BENCH_CLUSTER, bus_url=redis_url, group="bench", consumer="bench-0",
-                                         batch_count=batch, block_ms=200, claim_interval_s=3600, stale_after_s=3600)
+                                         bus={"batch": batch, "block_ms": 200}, claim_interval_s=3600, stale_after_s=3600)
     state = TelemetryState(cluster=BENCH_CLUSTER, stale_after_s=settings.stale_after_s)
     consumer = TelemetryConsumer(bus=bus, state=state, settings=settings)
     ctx = mp.get_context("spawn")
@@ -214,18 +282,11 @@ def bench_telemetry(
     published = ctx.Value("q", 0)
     producer_cpu_s = ctx.Value("d", 0.0)
     redis_info = redis.Redis.from_url(redis_url)
-
-    def redis_cpu_s() -> float:
-        info = redis_info.info("cpu")
-        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-
     maxlen = max(4 * nodes, 200_000)
     procs = [ctx.Process(target=_producer, args=(i, producers, nodes, redis_url, key_prefix,
                                                  str(node_list) if node_list else None, interval_s, chunk, maxlen,
                                                  ready, start, stop, published, producer_cpu_s), daemon=True)
              for i in range(producers)]
-    me = psutil.Process()
-    rss: list[tuple[float, float]] = []
     try:
         for p in procs:
             p.start()
@@ -233,31 +294,10 @@ def bench_telemetry(
             for _ in procs:
                 ready.get(timeout=300)
         start.set()
-        t_start = time.perf_counter()
-        t_warm = t_start + warmup_s
-        t_end = float("inf")
-        give_up_warmup = t_warm + 300.0  # a consumer that cannot see every node in 5 minutes is measured as is
-        applied_warm = published_warm = None
-        cpu_warm = redis_cpu_warm = None
-        next_rss = t_start
+        run = _EndToEnd(state=state, consumer=consumer, t_start=time.perf_counter(), t_warm=0.0)
         with console.status(f"end-to-end: warm-up (≥ {warmup_s:g} s, every node seen), then {duration_s:g} s …"):
-            while (now := time.perf_counter()) < t_end:
-                if applied_warm is None and now >= t_warm and (state.state.n_nodes >= nodes or now > give_up_warmup):
-                    applied_warm, published_warm = state.applied_total, published.value
-                    cpu_warm = sum(me.cpu_times()[:2])
-                    redis_cpu_warm = redis_cpu_s()
-                    t_warm = now
-                    t_end = t_warm + duration_s
-                if now >= next_rss:
-                    rss.append((now - t_start, me.memory_info().rss / 2**20))
-                    next_rss = now + rss_every_s
-                consumer.step()
-        t_stop = time.perf_counter()
-        applied_end, published_end = state.applied_total, published.value
-        cpu_end = sum(me.cpu_times()[:2])
-        redis_cpu_end = redis_cpu_s()
-        published_total = published.value
-        rss.append((t_stop - t_start, me.memory_info().rss / 2**20))
+            _measure_window(run, published, redis_info, nodes=nodes, warmup_s=warmup_s, duration_s=duration_s,
+                            rss_every_s=rss_every_s)
     finally:
         stop.set()
         for p in procs:
@@ -273,29 +313,73 @@ def bench_telemetry(
             pass
         bus.delete(stream)
         bus.close()
-    window = t_stop - t_warm
-    applied = applied_end - (applied_warm or 0)
+    run.stream_length, run.lag = stream_length, lag
+    run.producer_cpu_s = producer_cpu_s.value
+    return run
+
+
+def _measure_window(run: _EndToEnd, published: Synchronized[int], redis_info: redis.Redis, *, nodes: int,
+                    warmup_s: float, duration_s: float, rss_every_s: float) -> None:
+    """Consume through the warm-up (at least ``warmup_s``, until every node is in the state) and then
+    ``duration_s`` more, sampling the RSS; records the counters in ``run``."""
+    import psutil
+
+    def redis_cpu_s() -> float:
+        info = redis_info.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    me = psutil.Process()
+    state, t_start = run.state, run.t_start
+    run.t_warm = t_start + warmup_s
+    t_end = float("inf")
+    give_up_warmup = run.t_warm + 300.0  # a consumer that cannot see every node in 5 minutes is measured as is
+    next_rss = t_start
+    while (now := time.perf_counter()) < t_end:
+        if run.applied_warm is None and now >= run.t_warm and (state.state.n_nodes >= nodes or now > give_up_warmup):
+            run.applied_warm, run.published_warm = state.applied_total, published.value
+            run.cpu_warm = sum(me.cpu_times()[:2])
+            run.redis_cpu_warm = redis_cpu_s()
+            run.t_warm = now
+            t_end = run.t_warm + duration_s
+        if now >= next_rss:
+            run.rss.append((now - t_start, me.memory_info().rss / 2**20))
+            next_rss = now + rss_every_s
+        run.consumer.step()
+    run.t_stop = time.perf_counter()
+    run.applied_end, run.published_end = state.applied_total, published.value
+    run.cpu_end = sum(me.cpu_times()[:2])
+    run.redis_cpu_end = redis_cpu_s()
+    run.published_total = published.value
+    run.rss.append((run.t_stop - t_start, me.memory_info().rss / 2**20))
+
+
+def _results(run: _EndToEnd, raw: _RawRates, *, nodes: int, producers: int, interval_s: float) -> dict[str, Any]:
+    """The benchmark's figures, as written to ``--json``."""
+    window = run.t_stop - run.t_warm
+    applied = run.applied_end - (run.applied_warm or 0)
     reports_per_s = applied / window
-    consumer_us = (cpu_end - (cpu_warm or 0)) / max(applied, 1) * 1e6
+    consumer_us = (run.cpu_end - (run.cpu_warm or 0)) / max(applied, 1) * 1e6
     # The producers' CPU covers their whole run (warm-up included), per report they published.
-    producer_us = producer_cpu_s.value / max(published_total, 1) * 1e6
-    published_window = published_end - (published_warm or 0)
+    producer_us = run.producer_cpu_s / max(run.published_total, 1) * 1e6
+    published_window = run.published_end - (run.published_warm or 0)
     # Redis serves both sides; its CPU per report is per report published in the window.
-    redis_us = (redis_cpu_end - (redis_cpu_warm or redis_cpu_end)) / max(published_window, 1) * 1e6
+    redis_us = (run.redis_cpu_end - (run.redis_cpu_warm or run.redis_cpu_end)) / max(published_window, 1) * 1e6
     total_us = consumer_us + producer_us + redis_us
-    warm_at = t_warm - t_start
+    rss = run.rss
+    warm_at = run.t_warm - run.t_start
     rss_warm = next((m for t, m in rss if t >= warm_at), rss[-1][1])
-    results = {
+    raw_rb, raw_python = raw.redis_benchmark, raw.python
+    return {
         "nodes": nodes, "producers": producers, "interval_s": interval_s, "duration_s": round(window, 2),
-        "warmup_s": round(t_warm - t_start, 2),
-        "payload_bytes_mean": payload_bytes,
+        "warmup_s": round(run.t_warm - run.t_start, 2),
+        "payload_bytes_mean": raw.payload_bytes,
         "reports_per_s": round(reports_per_s, 1),
-        "published_per_s": round((published_end - (published_warm or 0)) / window, 1),
+        "published_per_s": round((run.published_end - (run.published_warm or 0)) / window, 1),
         "raw_xadd_per_s": round(raw_rb if raw_rb is not None else raw_python, 1),
         "raw_xadd_method": "redis-benchmark -P 64" if raw_rb is not None else "meridian pipelined publish_many",
         "raw_xadd_python_per_s": round(raw_python, 1),
         "raw_xadd_redis_benchmark_per_s": round(raw_rb, 1) if raw_rb is not None else None,
-        "consumer_drain_reports_per_s": round(drain_rate, 1) if drain_rate is not None else None,
+        "consumer_drain_reports_per_s": round(raw.drain, 1) if raw.drain is not None else None,
         "ratio_to_raw_xadd": round(reports_per_s / (raw_rb if raw_rb is not None else raw_python), 3),
         "consumer_cpu_us_per_report": round(consumer_us, 2),
         "producer_cpu_us_per_report": round(producer_us, 2),
@@ -310,13 +394,16 @@ def bench_telemetry(
         "consumer_rss_mb_per_min": round((rss[-1][1] - rss_warm) / max(window, 1e-9) * 60, 2),
         "consumer_rss_mb_max": round(max(m for _, m in rss), 1),
         "rss_samples_mb": [[round(t, 1), round(m, 1)] for t, m in rss],
-        "nodes_in_state": state.state.n_nodes,
-        "duplicates": state.duplicate_total,
-        "dead_lettered": consumer.dead_lettered_total,
-        "stream_length_at_end": stream_length,
-        "consumer_lag_at_end": lag,
+        "nodes_in_state": run.state.state.n_nodes,
+        "duplicates": run.state.duplicate_total,
+        "dead_lettered": run.consumer.dead_lettered_total,
+        "stream_length_at_end": run.stream_length,
+        "consumer_lag_at_end": run.lag,
         "cpus": os.cpu_count(),
     }
+
+
+def _print_results(results: dict[str, Any], *, nodes: int, producers: int, interval_s: float, window: float) -> None:
     table = Table(title=f"telemetry fabric: {nodes:,} simulated nodes, {producers} producer(s), "
                   f"interval {interval_s or 'flat out'} s, {window:.0f} s measured")
     table.add_column("metric")
@@ -331,9 +418,6 @@ def bench_telemetry(
         value = results[key]
         table.add_row(key, f"{value:,.1f}" if isinstance(value, float) else str(value))
     console.print(table)
-    if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(results, indent=2) + "\n")
 
 
 def regional_telemetry(

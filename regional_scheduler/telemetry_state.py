@@ -41,16 +41,18 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import ClassVar
 
 import numpy as np
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from meridian import observability
 from meridian.bus import BusError, BusUnavailableError, StreamBus, StreamEntry, telemetry_stream
 from meridian.bus.consumer import run_with_backoff
 from meridian.bus.health import GroupGauges
+from meridian.bus.settings import ConsumerSettings, StreamConsumerSettings
 from meridian.cluster_state import ClusterState
 from meridian.telemetry import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -70,10 +72,21 @@ BATCH_SECONDS = observability.histogram("meridian_telemetry_batch_seconds", "Wal
                                         "of reports.", ["cluster"])
 
 
-class TelemetryConsumerSettings(BaseSettings):
-    """The regional telemetry consumer (environment: ``MERIDIAN_TELEMETRY_*``)."""
+TelemetryBus = ConsumerSettings.tailored("TelemetryBus", batch=5000, block_ms=1000,
+                                         backoff_s=(0.1, 0.2, 0.5, 1.0, 2.0, 5.0))
+"""The telemetry consumer's stream settings: large batches (5000 reports of ~300 bytes are ~1.5 MB per read,
+amortising the round trip and the numpy calls), a 1 s wait (bounds shutdown time), and a first retry sooner
+than the other workers' (the regional state goes stale while the bus is away)."""
+
+
+class TelemetryConsumerSettings(StreamConsumerSettings):
+    """The regional telemetry consumer (environment: ``MERIDIAN_TELEMETRY_*``; the stream settings
+    ``MERIDIAN_TELEMETRY_BUS__*``, and the flat ``MERIDIAN_TELEMETRY_BATCH_COUNT``, ``_BLOCK_MS``,
+    ``_CLAIM_MIN_IDLE_MS`` and ``_BACKOFF_S`` they had before)."""
 
     model_config = SettingsConfigDict(env_prefix="MERIDIAN_TELEMETRY_")
+    flat_bus_names: ClassVar[Mapping[str, str]] = {"batch_count": "batch", "block_ms": "block_ms", "claim_min_idle_ms": "claim_idle_ms",
+                      "backoff_s": "backoff_s"}
 
     cluster: str = Field("local", description="Cluster whose stream (meridian:telemetry:<cluster>) is consumed.")
     bus_url: str = Field("redis://127.0.0.1:6379/0", description="Redis URL, or memory:// for the embedded bus.")
@@ -81,11 +94,8 @@ class TelemetryConsumerSettings(BaseSettings):
     group: str = Field("regional", description="Consumer group; all replicas of a regional scheduler share it.")
     consumer: str = Field(default_factory=socket.gethostname, description="This consumer's name in the group "
                           "(the pod name in Kubernetes).")
-    batch_count: int = Field(5000, ge=1, description="Entries per XREADGROUP. Large batches amortise the round trip "
-                             "and the numpy calls; 5000 reports of ~300 bytes are ~1.5 MB per read.")
-    block_ms: int = Field(1000, ge=0, description="How long a read waits for new entries (ms); bounds shutdown time.")
-    claim_min_idle_ms: int = Field(30_000, ge=0, description="Entries pending this long (ms) belong to a dead "
-                                   "consumer and are claimed; far above one batch's processing time.")
+    bus: TelemetryBus = Field(default_factory=TelemetryBus, description="Reading the telemetry stream: batch, "
+                              "block_ms, claim_idle_ms, backoff_s (meridian.bus.settings.ConsumerSettings).")
     claim_interval_s: float = Field(5.0, ge=0, description="How often (s) to look for such entries.")
     stale_after_s: float = Field(10.0, gt=0, description="A node silent this long (s) is unschedulable: five missed "
                                  "reports at the agents' default 2 s interval.")
@@ -97,8 +107,6 @@ class TelemetryConsumerSettings(BaseSettings):
                            "names could cost in memory and summaries.")
     requests_from_reports: bool = Field(True, description="Take requested CPU/memory/GPU from the nodes' reports "
                                         "(see the module's hazards).")
-    backoff_s: tuple[float, ...] = Field((0.1, 0.2, 0.5, 1.0, 2.0, 5.0), description="Delays (s) between retries "
-                                         "while the bus is unreachable; the last repeats.")
 
 
 class TelemetryState:
@@ -292,12 +300,12 @@ class TelemetryConsumer:
         now = self.clock()
         if now >= self._next_claim_s:
             self._next_claim_s = now + s.claim_interval_s
-            entries = self.bus.claim_stale(self.stream, s.group, s.consumer, min_idle_ms=s.claim_min_idle_ms,
-                                           count=s.batch_count)
+            entries = self.bus.claim_stale(self.stream, s.group, s.consumer, min_idle_ms=s.bus.claim_idle_ms,
+                                           count=s.bus.batch)
             if entries:
                 log.info("cluster %s: claimed %d pending report(s) from a dead consumer", s.cluster, len(entries))
         if not entries:
-            entries = self.bus.read_group(self.stream, s.group, s.consumer, count=s.batch_count, block_ms=s.block_ms)
+            entries = self.bus.read_group(self.stream, s.group, s.consumer, count=s.bus.batch, block_ms=s.bus.block_ms)
         if entries:
             self.process(entries)
         self.state.mark_stale()
@@ -344,10 +352,10 @@ class TelemetryConsumer:
                 raise
             except BusError:
                 log.exception("cluster %s: bus error; retrying", self.settings.cluster)
-                stop.wait(self.settings.backoff_s[-1])
+                stop.wait(self.settings.bus.backoff_s[-1])
 
         def say(exc: Exception, delay: float) -> None:
             self._group_ready = False
             log.warning("cluster %s: bus unavailable (%s); retrying in %.1f s", self.settings.cluster, exc, delay)
 
-        run_with_backoff(stop, step, delays=self.settings.backoff_s, on_failure=say, retry_on=(BusUnavailableError,))
+        run_with_backoff(stop, step, delays=self.settings.bus.backoff_s, on_failure=say, retry_on=(BusUnavailableError,))

@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -78,14 +77,13 @@ class RedisServer:
              "--dir", self.workdir],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                redis.Redis(port=self.port, socket_timeout=0.5).ping()
-                return
-            except redis.exceptions.ConnectionError:
-                time.sleep(0.05)
-        raise RuntimeError(f"redis-server on port {self.port} did not start")
+        envtest.wait_for(self._answers, timeout=10, interval=0.05, message=f"redis-server on port {self.port}")
+
+    def _answers(self) -> bool:
+        try:
+            return bool(redis.Redis(port=self.port, socket_timeout=0.5).ping())
+        except redis.exceptions.ConnectionError:
+            return False
 
     def kill(self) -> None:
         if self.proc is not None:

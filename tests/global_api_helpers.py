@@ -1,33 +1,20 @@
 """Helpers for tests of the global scheduler's API: the federation fixture's token, a workload spec,
-and polling waits on a condition or a workload's state (not a test module, so tests import it freely)."""
+and a polling wait on a workload's state (not a test module, so tests import it freely). Waits on any
+other condition: ``meridian.envtest.wait_for``, the one polling helper of every test."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from meridian.envtest import wait_for
 from protos import global_api_pb2 as api
 
 TOKEN = "test-token"  # the federation fixture's token
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
-
-
-def wait_for(predicate: Callable[[], Any], timeout_s: float = 30.0, what: str = "condition", *,
-             every_s: float = 0.05) -> Any:
-    """Poll ``predicate`` every ``every_s`` until it returns something true (returned) or ``timeout_s`` passes."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def spec(**kw: object) -> api.WorkloadSpec:
@@ -41,7 +28,7 @@ def spec(**kw: object) -> api.WorkloadSpec:
 def wait_state(stub, wid: str, state: int, timeout_s: float = 30.0) -> api.Workload:
     """Poll the API until workload ``wid`` is in ``state``; returns it."""
     return wait_for(lambda: (w := stub.GetWorkload(api.GetWorkloadRequest(id=wid), metadata=AUTH)).state == state and w,
-                    timeout_s, f"workload {wid} to reach {api.WorkloadState.Name(state)}")
+                    timeout=timeout_s, interval=0.05, message=f"workload {wid} to reach {api.WorkloadState.Name(state)}")
 
 
 def self_signed_certificate(tmp_path: Path) -> tuple[Path, Path]:

@@ -11,10 +11,9 @@ from typing import Any
 from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from meridian.envtest import NodeSpec, create_ready_nodes, delete_nodes, wait_for
+from meridian.envtest import NodeSpec, create_ready_nodes, delete_nodes
 
-__all__ = ["NodeSpec", "bind_pod", "create_ready_nodes", "delete_nodes", "fresh_namespace", "pending_pod", "ready_nodes",
-           "wait_for"]
+__all__ = ["NodeSpec", "bind_pod", "create_ready_nodes", "delete_nodes", "fresh_namespace", "pending_pod", "ready_nodes"]
 
 
 @contextmanager

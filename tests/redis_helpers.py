@@ -12,7 +12,6 @@ import secrets
 import shutil
 import socket
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import redis
 
 from meridian.bus import RedisSecuritySettings, RedisStreamBus
 from meridian.bus.acl import render_acl
+from meridian.envtest import wait_for
 
 ADMIN = "admin"
 
@@ -146,19 +146,25 @@ class AclRedis:
         else:
             args += ["--port", str(self.port)]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while True:
+        proc = self.proc
+
+        def answers_or_exited() -> bool:
             try:
                 with self.admin() as admin:
-                    admin.ping()
-                return self
+                    return bool(admin.ping())
             except redis.exceptions.ConnectionError:
-                log = self.workdir / "redis.log"
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    tail = log.read_text()[-2000:] if log.exists() else ""
-                    raise RuntimeError(f"redis-server on port {self.port} did not start:\n{tail}") from None
-                time.sleep(0.02)
+                return proc.poll() is not None  # exited: no use waiting
+
+        try:
+            wait_for(answers_or_exited, timeout=10, interval=0.02, message=f"redis-server on port {self.port}")
+            if proc.poll() is None:
+                return self
+        except TimeoutError:
+            pass
+        log = self.workdir / "redis.log"
+        self.stop()
+        tail = log.read_text()[-2000:] if log.exists() else ""
+        raise RuntimeError(f"redis-server on port {self.port} did not start:\n{tail}")
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -3,7 +3,8 @@
 One worker per stream and consumer group, like the other stream consumers. Each poll first claims
 entries another consumer left pending for longer than ``claim_idle_ms`` (a dead global scheduler's
 work, ``XAUTOCLAIM``), then reads new ones; every entry is decoded, validated, applied to the ledger
-and only then acknowledged.
+and only then acknowledged. Its stream settings (``batch``, ``block_ms``, ``claim_idle_ms``, ``backoff_s``)
+are a :class:`~meridian.bus.settings.ConsumerSettings`, :data:`AccountingBus` by default.
 
 Why a restart loses nothing and double-applies nothing: an entry is acknowledged only after the
 ledger applied it, so a consumer killed before that leaves it pending and the next consumer claims it;
@@ -29,8 +30,9 @@ import argparse
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import redis
@@ -43,6 +45,7 @@ from meridian.bus import StreamBus, open_bus, redis_client
 from meridian.bus.base import BusUnavailableError, StreamEntry
 from meridian.bus.consumer import run_with_backoff
 from meridian.bus.health import GroupGauges
+from meridian.bus.settings import ConsumerSettings
 from meridian.bus.streams import SUMMARY_STREAM
 from protos import energy_pb2, telemetry_pb2
 
@@ -51,7 +54,16 @@ log = logging.getLogger(__name__)
 ENERGY_STREAM = "meridian:energy"
 ACCOUNTING_GROUP = "accounting"
 ENERGY_STREAM_MAXLEN = 1_000_000
-BACKOFF_S = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
+AccountingBus = ConsumerSettings.tailored("AccountingBus", block_ms=1000, backoff_s=(0.1, 0.25, 0.5, 1.0, 2.0, 5.0))
+"""The accounting workers' stream settings: a 1 s wait (nothing is in a hurry: records are summed by the minute)
+and a first retry after 0.1 s; the other defaults are every consumer's."""
+
+
+def _accounting_bus(settings: ConsumerSettings | Mapping[str, Any] | None) -> ConsumerSettings:
+    """``settings`` as given, or the accounting defaults changed by a mapping of fields (``{"batch": 50}``)."""
+    if isinstance(settings, ConsumerSettings):
+        return settings
+    return AccountingBus.model_validate(settings or {})
 
 
 @dataclass
@@ -69,16 +81,14 @@ class AccountingConsumer:
     """Apply energy records from a stream to a :class:`RedisLedger` (module doc)."""
 
     def __init__(self, *, bus: StreamBus, ledger: RedisLedger, consumer: str, stream: str = ENERGY_STREAM,
-                 group: str = ACCOUNTING_GROUP, batch: int = 256, block_ms: int = 1000,
-                 claim_idle_ms: int = 30_000, throttle_s: float = 0.0) -> None:
+                 group: str = ACCOUNTING_GROUP, settings: ConsumerSettings | Mapping[str, Any] | None = None,
+                 throttle_s: float = 0.0) -> None:
         self.bus = bus
         self.ledger = ledger
         self.consumer = consumer
         self.stream = stream
         self.group = group
-        self.batch = batch
-        self.block_ms = block_ms
-        self.claim_idle_ms = claim_idle_ms
+        self.settings = _accounting_bus(settings)  # batch, block_ms, claim_idle_ms, backoff_s
         self.throttle_s = throttle_s  # slows each record down; only fault tests set it
         self.bus.ensure_group(stream, group, start_id="0")
         self._gauges = GroupGauges(bus, stream, group)
@@ -121,11 +131,11 @@ class AccountingConsumer:
     def poll_once(self, *, block: bool = True) -> PollStats:
         """Claim stale entries, read new ones, apply and acknowledge them; returns what happened."""
         stats = PollStats()
-        entries = self.bus.claim_stale(self.stream, self.group, self.consumer, min_idle_ms=self.claim_idle_ms,
-                                       count=self.batch)
+        entries = self.bus.claim_stale(self.stream, self.group, self.consumer, min_idle_ms=self.settings.claim_idle_ms,
+                                       count=self.settings.batch)
         if not entries:
-            entries = self.bus.read_group(self.stream, self.group, self.consumer, count=self.batch,
-                                          block_ms=self.block_ms if block else None)
+            entries = self.bus.read_group(self.stream, self.group, self.consumer, count=self.settings.batch,
+                                          block_ms=self.settings.block_ms if block else None)
         for entry in entries:
             self._handle(entry, stats)
             if self.throttle_s:
@@ -134,11 +144,11 @@ class AccountingConsumer:
         return stats
 
     def run(self, stop: threading.Event) -> None:
-        """Poll until ``stop`` is set; back off over :data:`BACKOFF_S` while Redis is unreachable."""
+        """Poll until ``stop`` is set; back off over ``settings.backoff_s`` while Redis is unreachable."""
         def say(exc: Exception, delay: float) -> None:
             log.warning("accounting consumer %s: %s; retrying in %.2fs", self.consumer, exc, delay)
 
-        run_with_backoff(stop, self.poll_once, delays=BACKOFF_S, on_failure=say,
+        run_with_backoff(stop, self.poll_once, delays=self.settings.backoff_s, on_failure=say,
                          retry_on=(BusUnavailableError, redis.exceptions.ConnectionError))
 
 
@@ -229,12 +239,12 @@ class SummaryAccountant:
     """
 
     def __init__(self, *, bus: StreamBus, ledger: RedisLedger, consumer: str, price_per_mwh: PriceLookup,
-                 stream: str = SUMMARY_STREAM, group: str = "accounting-summaries", batch: int = 256,
-                 block_ms: int = 1000, claim_idle_ms: int = 30_000, max_gap_s: float = 300.0) -> None:
+                 stream: str = SUMMARY_STREAM, group: str = "accounting-summaries",
+                 settings: ConsumerSettings | Mapping[str, Any] | None = None, max_gap_s: float = 300.0) -> None:
         self.bus, self.ledger, self.consumer = bus, ledger, consumer
         self.price_per_mwh = price_per_mwh
-        self.stream, self.group, self.batch = stream, group, batch
-        self.block_ms, self.claim_idle_ms, self.max_gap_s = block_ms, claim_idle_ms, max_gap_s
+        self.stream, self.group, self.settings = stream, group, _accounting_bus(settings)
+        self.max_gap_s = max_gap_s
         self._last_key = f"{ledger.prefix}energy:last-summary"
         self.bus.ensure_group(stream, group, start_id="0")
         self._gauges = GroupGauges(bus, stream, group)
@@ -298,8 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     bus = open_bus(args.redis_url, key_prefix=args.key_prefix)
     ledger = RedisLedger(redis_client(args.redis_url), prefix=f"{args.key_prefix}meridian:",
                          bucket_s=args.bucket_s)
-    consumer = AccountingConsumer(bus=bus, ledger=ledger, consumer=args.consumer, batch=args.batch,
-                                  claim_idle_ms=args.claim_idle_ms, throttle_s=args.throttle_s)
+    consumer = AccountingConsumer(bus=bus, ledger=ledger, consumer=args.consumer, throttle_s=args.throttle_s,
+                                  settings={"batch": args.batch, "claim_idle_ms": args.claim_idle_ms})
     consumer.run(threading.Event())
     return 0
 

@@ -1,42 +1,38 @@
-"""Routing policy names → constructors (no registration by import side effect)."""
+"""Routing policy names → constructors, in the scheme of the placement registry's docstring
+(``regional_scheduler.policies.registry``; :class:`meridian.policy_registry.PolicyRegistry`): entries
+are ``"module:build"`` strings, imported on first construction, so listing the names (``meridian
+global serve`` checking ``--policy``, ``bench routing --policies``) imports neither torch nor numpy.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from global_scheduler.routing import (
-    gnn_routing,
-    karmada,
-    least_carbon,
-    least_carbon_slo,
-    least_cost,
-    random_policy,
-    round_robin,
-)
-from global_scheduler.routing.base import RoutingPolicy
+from meridian.policy_registry import PolicyRegistry, UnknownPolicyError
 
-REGISTRY: dict[str, Callable[..., RoutingPolicy]] = {
-    round_robin.NAME: round_robin.build,
-    karmada.NAME: karmada.build,
-    least_carbon.NAME: least_carbon.build,
-    least_carbon_slo.NAME: least_carbon_slo.build,
-    least_cost.NAME: least_cost.build,
-    random_policy.NAME: random_policy.build,
-    gnn_routing.NAME: gnn_routing.build,
-}
+if TYPE_CHECKING:
+    from global_scheduler.routing.base import RoutingPolicy
 
-BASELINES = (round_robin.NAME, karmada.NAME, least_carbon.NAME, least_carbon_slo.NAME, least_cost.NAME,
-             random_policy.NAME)
+__all__ = ["BASELINES", "REGISTRY", "UnknownPolicyError", "get_policy", "names"]
+
+REGISTRY = PolicyRegistry("routing", {
+    "round-robin": "global_scheduler.routing.round_robin:build",
+    "karmada": "global_scheduler.routing.karmada:build",
+    "least-carbon": "global_scheduler.routing.least_carbon:build",
+    "least-carbon-slo": "global_scheduler.routing.least_carbon_slo:build",
+    "least-cost": "global_scheduler.routing.least_cost:build",
+    "random": "global_scheduler.routing.random_policy:build",
+    "gnn": "global_scheduler.routing.gnn_routing:build",  # torch and a checkpoint
+})
+
+LEARNED = "gnn"
+BASELINES: tuple[str, ...] = tuple(name for name in REGISTRY if name != LEARNED)
 
 
 def names() -> list[str]:
-    return list(REGISTRY)
+    return REGISTRY.names()
 
 
 def get_policy(name: str, **kwargs: Any) -> RoutingPolicy:
-    try:
-        build = REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown routing policy {name!r}; known: {', '.join(REGISTRY)}") from None
-    return build(**kwargs)
+    policy: RoutingPolicy = REGISTRY.get(name, **kwargs)
+    return policy

@@ -28,11 +28,16 @@ Hazards
   trimmed while still pending are lost to ``XAUTOCLAIM`` (Redis reports them as deleted). Size
   ``maxlen`` to several consumer batches per agent interval.
 * A blocking ``XREADGROUP`` must return before ``socket_timeout_s``; ``block_ms`` is capped below it.
+* Threads sharing one bus share its reader socket, and a blocking read holds it for its whole
+  ``BLOCK``: the socket's lock is first come, first served (:class:`_FifoLock`), so a consumer looping
+  on blocking reads cannot starve another thread's reads and acknowledgements (with a plain lock it
+  re-took the lock before the woken waiter ran: seconds, on a loaded machine, per read or ack).
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -59,6 +64,33 @@ _CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.Timeout
 #: Entries per packed write in ``publish_many``: large enough to amortise the round trip, small
 #: enough that the replies (about 20 bytes each) never fill a socket buffer while we still write.
 PIPELINE_CHUNK = 2000
+
+
+class _FifoLock:
+    """A lock granted in the order it was asked for: the holder hands it to the oldest waiter."""
+
+    def __init__(self) -> None:
+        self._state = threading.Lock()
+        self._held = False
+        self._waiters: deque[threading.Lock] = deque()
+
+    def __enter__(self) -> _FifoLock:
+        with self._state:
+            if not self._held:
+                self._held = True
+                return self
+            turn = threading.Lock()
+            turn.acquire()
+            self._waiters.append(turn)
+        turn.acquire()  # released by the holder as it hands the lock over
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._state:
+            if self._waiters:
+                self._waiters.popleft().release()  # still held: now by the oldest waiter
+            else:
+                self._held = False
 
 
 def _entries(raw: Any) -> list[StreamEntry]:
@@ -96,7 +128,7 @@ class RedisStreamBus:
         self._pool = self._client.connection_pool
         # The hot read goes through a minimal RESP reader on its own socket.
         self._reader = RespSocket(self._endpoint, timeout_s=socket_timeout_s, connect_timeout_s=connect_timeout_s)
-        self._reader_lock = threading.Lock()
+        self._reader_lock = _FifoLock()  # not threading.Lock: see Hazards
         # Publishing gets its own socket so a blocking read never holds up a publish.
         self._writer = RespSocket(self._endpoint, timeout_s=socket_timeout_s, connect_timeout_s=connect_timeout_s)
         self._writer_lock = threading.Lock()

@@ -25,7 +25,7 @@ from regional_scheduler.autoscaling.calibration import (
 )
 from regional_scheduler.autoscaling.policies import forecast_policy, learned_policy, quantile_policy
 from regional_scheduler.autoscaling.policies.base import AutoscalingPolicy
-from regional_scheduler.autoscaling.policies.registry import build_policy
+from regional_scheduler.autoscaling.policies.registry import get_policy
 from regional_scheduler.autoscaling.scenario import build_scenario
 from regional_scheduler.autoscaling.settings import AutoscalerSettings
 
@@ -46,7 +46,7 @@ def _policy(name: str, z: dict[str, float], checkpoint: Path | None,
         return forecast_policy.build_burst(z[name])
     if name == learned_policy.NAME:
         return learned_policy.build(checkpoint)
-    return build_policy(name)
+    return get_policy(name)
 
 
 def compare_with_hpa(hpa: dict[str, float], other: dict[str, float]) -> dict[str, Any]:

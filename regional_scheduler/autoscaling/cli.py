@@ -136,7 +136,7 @@ def prepare_serving(
     can call it on a manifest's arguments (tests/deploy/test_autoscaler_args.py).
     """
     from regional_scheduler.autoscaling.online import OnlineAutoscaler
-    from regional_scheduler.autoscaling.policies.registry import build_policy
+    from regional_scheduler.autoscaling.policies.registry import get_policy
     from regional_scheduler.autoscaling.prometheus_source import PrometheusQueries, PrometheusSource
     from regional_scheduler.autoscaling.request_series import load_request_series
     from regional_scheduler.autoscaling.serving import (
@@ -160,8 +160,8 @@ def prepare_serving(
     policy = policy or settings.policy
     shadow = shadow or settings.shadow_policy
     try:
-        live = build_policy(policy)
-        runner = ShadowRunner(live, build_policy(shadow)) if shadow else live
+        live = get_policy(policy)
+        runner = ShadowRunner(live, get_policy(shadow)) if shadow else live
     except KeyError as exc:
         raise typer.BadParameter(str(exc.args[0])) from None
     # A replayed series has no CPU metrics: its utilisation is modelled from the rate (a demo).

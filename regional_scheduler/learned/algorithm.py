@@ -297,6 +297,79 @@ def line_search(net: PlacementNet, episodes: EpisodeFactory, *, coordinate: str,
     return best_theta, records
 
 
+def _start_network(episodes: EpisodeFactory, *, teacher: str, bc_episodes: int, bc_every: int, bc_epochs: int,
+                   hidden: int, bc_parts: Sequence[str], bc_learning_rates: Sequence[float], seed: int,
+                   init: PlacementNet | None, residual_bound: float | None, zero_correction: bool,
+                   gate_unused: bool | None, gate_gpu_pods: bool | None) -> tuple[PlacementNet, dict[str, Any]]:
+    """The search's start (stage 1 of :func:`train_profile`): a copy of ``init``, or a network
+    imitating ``teacher`` (``bc_parts`` in order), with the residual's settings applied; and the
+    imitation's log."""
+    t0 = time.perf_counter()
+    bc_log: list[dict[str, Any]] = []
+    n_samples = 0
+    if init is not None:
+        net = copy.deepcopy(init)
+    else:
+        # Imitation episodes come from the far end of the factory's index range, apart from ES's.
+        buffer = imitation.collect([episodes(1_000_000 + i) for i in range(bc_episodes)], teacher=teacher,
+                                   every=bc_every, seed=seed)
+        n_samples = len(buffer)
+        net = PlacementNet(hidden=hidden, **({} if residual_bound is None else {"residual_bound": residual_bound}))
+        for part, lr in zip(bc_parts, bc_learning_rates, strict=True):
+            for record in imitation.behaviour_cloning(net, buffer, epochs=bc_epochs, part=part, learning_rate=lr,
+                                                      seed=seed):
+                bc_log.append({**record, "part": part})
+    if residual_bound is not None:
+        net.residual_bound = residual_bound
+    if gate_unused is not None:
+        net.gate_unused = gate_unused
+    if gate_gpu_pods is not None:
+        net.gate_gpu_pods = gate_gpu_pods
+    if zero_correction:
+        net.zero_correction()
+    return net, {"samples": n_samples, "epochs": bc_log, "wall_s": time.perf_counter() - t0,
+                 "skipped_for_init": init is not None}
+
+
+def _run_search(es: EvolutionStrategy, es_steps: int, es_max_seconds: float,
+                on_progress: Callable[[str, int, int], None] | None) -> None:
+    """ES generations until ``es_steps`` environment steps or ``es_max_seconds`` of wall time."""
+    t1 = time.perf_counter()
+    while es.steps < es_steps and time.perf_counter() - t1 < es_max_seconds:
+        es.generation()
+        if on_progress is not None:
+            on_progress("es", min(es.steps, es_steps), es_steps)
+
+
+def _validation_scores(net: PlacementNet, episodes: EpisodeFactory, thetas: dict[str, np.ndarray], *,
+                       n_episodes: int, reward: RewardConfig | None, mean_cap: MeanFragmentationCap | None,
+                       layers: Sequence[str]) -> dict[str, float]:
+    """Each search vector's batch fitness on ``n_episodes`` training-distribution episodes that
+    neither imitation nor the search used (indices 2,000,000+); 0 for each when there are none."""
+    validation = [episodes(2_000_000 + i) for i in range(n_episodes)]
+    scores = {}
+    for name, theta in thetas.items():
+        fast = NumpyPlacementNet(net).with_search_vector(theta, layers)
+        scores[name] = batch_fitness([rollout(fast, ep, reward=reward) for ep in validation], mean_cap) \
+            if validation else 0.0
+    return scores
+
+
+def _search_log(es: EvolutionStrategy, wall_s: float, *, search_features: Sequence[str] | None,
+                search_layers: Sequence[str], line: tuple[str, Sequence[float], int] | None,
+                line_log: list[dict[str, Any]], mean_cap: MeanFragmentationCap | None) -> dict[str, Any]:
+    """The ``search`` entry of :func:`train_profile`'s log."""
+    return {"generations": es.log.generations, "steps": es.steps, "wall_s": wall_s,
+            "pairs": es.pairs, "sigma": es.sigma, "learning_rate": es.learning_rate,
+            "episodes_per_eval": es.episodes_per_eval,
+            "search_features": list(search_features) if search_features is not None else "all",
+            "search_layers": list(search_layers),
+            "line_search": None if line is None else {"coordinate": line[0], "episodes": line[2],
+                                                      "shifts": line_log},
+            "mean_fragmentation_cap": None if mean_cap is None else {"cap": mean_cap.cap,
+                                                                     "over_cap": mean_cap.over_cap}}
+
+
 @dataclass
 class ProfileResult:
     net: PlacementNet
@@ -339,30 +412,11 @@ def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfi
     """
     set_random_seed(seed)
     torch.set_num_threads(1)  # one thread also makes torch's reductions deterministic
-    t0 = time.perf_counter()
-    bc_log: list[dict[str, Any]] = []
-    n_samples = 0
-    if init is not None:
-        net = copy.deepcopy(init)
-    else:
-        # Imitation episodes come from the far end of the factory's index range, apart from ES's.
-        buffer = imitation.collect([episodes(1_000_000 + i) for i in range(bc_episodes)], teacher=teacher,
-                                   every=bc_every, seed=seed)
-        n_samples = len(buffer)
-        net = PlacementNet(hidden=hidden, **({} if residual_bound is None else {"residual_bound": residual_bound}))
-        for part, lr in zip(bc_parts, bc_learning_rates, strict=True):
-            for record in imitation.behaviour_cloning(net, buffer, epochs=bc_epochs, part=part, learning_rate=lr,
-                                                      seed=seed):
-                bc_log.append({**record, "part": part})
-    if residual_bound is not None:
-        net.residual_bound = residual_bound
-    if gate_unused is not None:
-        net.gate_unused = gate_unused
-    if gate_gpu_pods is not None:
-        net.gate_gpu_pods = gate_gpu_pods
-    if zero_correction:
-        net.zero_correction()
-    bc_s = time.perf_counter() - t0
+    net, imitation_log = _start_network(episodes, teacher=teacher, bc_episodes=bc_episodes, bc_every=bc_every,
+                                        bc_epochs=bc_epochs, hidden=hidden, bc_parts=bc_parts,
+                                        bc_learning_rates=bc_learning_rates, seed=seed, init=init,
+                                        residual_bound=residual_bound, zero_correction=zero_correction,
+                                        gate_unused=gate_unused, gate_gpu_pods=gate_gpu_pods)
     # The in-training validation compares the result with this start (before any line search).
     theta0 = net.search_vector(search_layers)
     line_log: list[dict[str, Any]] = []
@@ -375,36 +429,22 @@ def train_profile(*, episodes: EpisodeFactory, teacher: str, reward: RewardConfi
                            episodes_per_eval=episodes_per_eval, seed=seed, active=search_mask(search_features),
                            layers=search_layers, mean_cap=mean_cap)
     t1 = time.perf_counter()
-    while es.steps < es_steps and time.perf_counter() - t1 < es_max_seconds:
-        es.generation()
-        if on_progress is not None:
-            on_progress("es", min(es.steps, es_steps), es_steps)
+    _run_search(es, es_steps, es_max_seconds, on_progress)
     # Model selection on training-distribution episodes neither phase used: keep the search's
     # result only if it beats the imitation start there.
-    validation = [episodes(2_000_000 + i) for i in range(validation_episodes)]
-    scores = {}
-    start = "fgd" if zero_correction else ("init" if init is not None else "imitation")
-    for name, theta in (("imitation", theta0), ("search", es.theta)):
-        fast = NumpyPlacementNet(net).with_search_vector(theta, search_layers)
-        scores[name] = batch_fitness([rollout(fast, ep, reward=reward) for ep in validation], mean_cap) \
-            if validation else 0.0
-    if scores["search"] >= scores["imitation"]:
+    scores = _validation_scores(net, episodes, {"imitation": theta0, "search": es.theta},
+                                n_episodes=validation_episodes, reward=reward, mean_cap=mean_cap, layers=search_layers)
+    kept = "search" if scores["search"] >= scores["imitation"] else "imitation"
+    if kept == "search":
         net = es.finish()
     elif line is not None:
         net.set_search_vector(theta0, search_layers)  # undo the line search too
-    kept = "search" if scores["search"] >= scores["imitation"] else "imitation"
+    start = "fgd" if zero_correction else ("init" if init is not None else "imitation")
     return ProfileResult(net, {
         "teacher": teacher,
-        "imitation": {"samples": n_samples, "epochs": bc_log, "wall_s": bc_s, "skipped_for_init": init is not None},
-        "search": {"generations": es.log.generations, "steps": es.steps, "wall_s": time.perf_counter() - t1,
-                   "pairs": pairs, "sigma": sigma, "learning_rate": learning_rate,
-                   "episodes_per_eval": episodes_per_eval,
-                   "search_features": list(search_features) if search_features is not None else "all",
-                   "search_layers": list(search_layers),
-                   "line_search": None if line is None else {"coordinate": line[0], "episodes": line[2],
-                                                             "shifts": line_log},
-                   "mean_fragmentation_cap": None if mean_cap is None else {"cap": mean_cap.cap,
-                                                                            "over_cap": mean_cap.over_cap}},
+        "imitation": imitation_log,
+        "search": _search_log(es, time.perf_counter() - t1, search_features=search_features,
+                              search_layers=search_layers, line=line, line_log=line_log, mean_cap=mean_cap),
         "validation": {"episodes": validation_episodes, "mean_return": scores, "kept": kept,
                        "start": start},  # "imitation" in mean_return/kept names the search's start
         "search_vector": net.search_vector(search_layers).tolist(),

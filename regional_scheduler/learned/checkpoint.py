@@ -74,8 +74,7 @@ def load_checkpoint(path: Path | str) -> tuple[dict[str, PlacementNet], dict[str
                            residual_bound=float(hp["residual_bound"]), gate_unused=bool(hp.get("gate_unused", False)),
                            gate_constrained=bool(hp.get("gate_constrained", False)),
                            gate_gpu_pods=bool(hp.get("gate_gpu_pods", False)),
-                           gate_share=None if hp.get("gate_share") is None else float(hp["gate_share"]),
-                           replays=int(hp.get("replays", 0)))
+                           gate_share=None if hp.get("gate_share") is None else float(hp["gate_share"]))
         try:
             net.load_state_dict(entry["state_dict"])
         except RuntimeError as exc:

@@ -42,7 +42,7 @@ class PlacementExplanation:
     rejected_by: dict[str, int]
     chosen: str | None
     nodes: list[NodeExplanation]
-    # Set when the profile's ``gate_share`` or its replays leave this workload to FGD: no correction to attribute.
+    # Set when the profile's ``gate_share`` leaves this workload to FGD: no correction to attribute.
     gate: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -70,15 +70,9 @@ def explain(scorer: LearnedScorer, state: ClusterState, pod: Pod, *, top: int = 
     fgd = scorer.features.fgd.score(state, pod, nodes).scores
     served = scorer.score(state, pod, nodes).scores
     if scorer.left_to_fgd:
-        if scorer.gated:
-            base.gate = (f"{scorer.constrained_share:.0%} of the workload's GPU pods are GPU-model-constrained, at "
-                         f"or above the profile's gate_share {net.gate_share:.0%}: FGD places every pod, with no "
-                         "correction")
-        else:
-            assert scorer.replay is not None
-            base.gate = (f"on {len(scorer.replay.gains)} replays of the prepared workload the correction placed "
-                         f"{scorer.replay.mean_gain / 1000:+.2f} {scorer.replay.resource.upper()}s per replay against "
-                         "FGD's, not more: FGD places every pod, with no correction")
+        base.gate = (f"{scorer.constrained_share:.0%} of the workload's GPU pods are GPU-model-constrained, at "
+                     f"or above the profile's gate_share {net.gate_share:.0%}: FGD places every pod, with no "
+                     "correction")
         for rank, i in enumerate(np.argsort(-served, kind="stable")[:top]):
             base.nodes.append(NodeExplanation(state.names[int(nodes[i])], float(served[i]), rank + 1, float(fgd[i])))
         base.chosen = base.nodes[0].node

@@ -44,8 +44,8 @@ nothing on average there and caused most of the runs behind FGD
 
 With ``gate_share`` (a hyper-parameter), the whole workload is left to FGD when the share
 of its GPU pods that carry a GPU-model constraint is at least ``gate_share``. Serving applies it
-(:class:`~regional_scheduler.learned.serving.LearnedScorer`), from the target workload or, unprepared,
-FGD's window of recent pods. On a validation split constrained like the ``gpuspec`` lists, the
+(:class:`~regional_scheduler.learned.serving.LearnedScorer`), from FGD's window of recent pods or, when a
+benchmark states it (``--paper``), the workload's distribution. On a validation split constrained like the ``gpuspec`` lists, the
 correction lost to FGD on all seven runs with a share ≥ 0.25
 (``docs/history/bench-learned-diary.md``, "a validation split with gpuspec-shaped constraints").
 
@@ -119,13 +119,8 @@ class PlacementNet(nn.Module):
                  feature_mean: np.ndarray | None = None, feature_std: np.ndarray | None = None,
                  residual_bound: float = DEFAULT_RESIDUAL_BOUND, gate_unused: bool = False,
                  gate_constrained: bool = False, gate_gpu_pods: bool = False,
-                 gate_share: float | None = None, replays: int = 0) -> None:
+                 gate_share: float | None = None) -> None:
         super().__init__()
-        if replays < 0:
-            raise ValueError(f"replays must be >= 0, got {replays}")
-        # Serving: replays of a prepared workload that must show the correction ahead of FGD
-        # (regional_scheduler.learned.replay); 0 = none.
-        self.replays = int(replays)
         self.gate_unused = bool(gate_unused)
         self.gate_constrained = bool(gate_constrained)
         self.gate_gpu_pods = bool(gate_gpu_pods)
@@ -236,7 +231,7 @@ class PlacementNet(nn.Module):
         return {"n_node": self.n_node, "n_pod": self.n_pod, "hidden": self.hidden,
                 "residual_bound": self.residual_bound, "gate_unused": self.gate_unused,
                 "gate_constrained": self.gate_constrained, "gate_gpu_pods": self.gate_gpu_pods,
-                "gate_share": self.gate_share, "replays": self.replays}
+                "gate_share": self.gate_share}
 
     def zero_correction(self) -> None:
         """``g ≡ 0``: the residual policy becomes FGD exactly (the search's starting point)."""

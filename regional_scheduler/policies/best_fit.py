@@ -32,5 +32,5 @@ class BestFitPolicy:
         return Scores(np.floor((1.0 - leftover) * MAX_NODE_SCORE))
 
 
-def new() -> BestFitPolicy:
+def build() -> BestFitPolicy:
     return BestFitPolicy()

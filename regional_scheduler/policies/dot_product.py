@@ -42,5 +42,5 @@ class DotProductPolicy:
         return Scores(np.floor((1.0 - dot) * MAX_NODE_SCORE), device)
 
 
-def new() -> DotProductPolicy:
+def build() -> DotProductPolicy:
     return DotProductPolicy()

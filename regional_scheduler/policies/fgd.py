@@ -296,5 +296,5 @@ def _one_pod_per_cache_key(pods: Iterable[Pod]) -> dict[tuple[int, int, int], Po
     return {_cache_key(p): p for p in pods}
 
 
-def new() -> FgdPolicy:
+def build() -> FgdPolicy:
     return FgdPolicy()

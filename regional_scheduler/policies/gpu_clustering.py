@@ -35,5 +35,5 @@ class GpuClusteringPolicy:
         return Scores((within + band * quarter).astype(float))
 
 
-def new() -> GpuClusteringPolicy:
+def build() -> GpuClusteringPolicy:
     return GpuClusteringPolicy()

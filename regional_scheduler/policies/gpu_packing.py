@@ -42,5 +42,5 @@ class GpuPackingPolicy:
         return Scores(score.astype(float))
 
 
-def new() -> GpuPackingPolicy:
+def build() -> GpuPackingPolicy:
     return GpuPackingPolicy()

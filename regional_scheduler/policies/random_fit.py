@@ -22,5 +22,5 @@ class RandomPolicy(ChoosesTieBreak):
         return Scores(np.zeros(nodes.size))
 
 
-def new() -> RandomPolicy:
+def build() -> RandomPolicy:
     return RandomPolicy()

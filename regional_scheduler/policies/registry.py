@@ -1,64 +1,51 @@
 """Name → constructor for every placement policy (kube-scheduler's ``registry.go``).
 
-No registration by import side effect: this table is the whole list, and the CLI's
-``--policies`` reads it. Each entry names the policy's module and constructor and imports the
-module on the first construction, so reading the names (``meridian --help``, option validation)
-costs no numpy, no cluster state and no torch. ``learned`` is constructed by the regional
-scheduler's serving code (it needs a checkpoint and torch).
+The three policy registries — placement (this one), routing (``global_scheduler.routing.registry``)
+and autoscaling (``regional_scheduler.autoscaling.policies.registry``) — share one scheme, the core's
+:class:`meridian.policy_registry.PolicyRegistry`: ``REGISTRY`` maps each policy's name to
+``"package.module:build"``, a string, so reading the names (``meridian --help``, ``--policies``
+validation) imports no policy module, no numpy and no torch; the module is imported on the first
+construction. Every policy module's constructor is ``build`` (a variant's ``build_<variant>``) and
+every key is the module's name constant (``NAME``, a variant's ``<VARIANT>_NAME``); each tier's test
+checks both. Each registry module exposes the same three names: ``names()``, ``get_policy(name,
+**kwargs)`` (an unknown name raises :class:`UnknownPolicyError`, a ``KeyError`` listing the known
+ones) and ``BASELINES`` (every policy but the learned one). No registration by import side effect:
+the table is the whole list.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from meridian.policy_registry import PolicyRegistry, UnknownPolicyError
 
 if TYPE_CHECKING:
     from regional_scheduler.policies.base import ScorePolicy
 
+__all__ = ["BASELINES", "REGISTRY", "UnknownPolicyError", "get_policy", "names"]
 
-@dataclass(frozen=True)
-class LazyConstructor:
-    """A policy constructor imported when it is first called: ``module.attribute()``."""
+REGISTRY = PolicyRegistry("placement", {
+    "random": "regional_scheduler.policies.random_fit:build",
+    "least-allocated": "regional_scheduler.policies.resource_allocation:build_least",
+    "most-allocated": "regional_scheduler.policies.resource_allocation:build_most",
+    "balanced": "regional_scheduler.policies.resource_allocation:build_balanced",
+    "requested-to-capacity": "regional_scheduler.policies.resource_allocation:build_rtcr",
+    "best-fit": "regional_scheduler.policies.best_fit:build",
+    "dot-product": "regional_scheduler.policies.dot_product:build",
+    "gpu-packing": "regional_scheduler.policies.gpu_packing:build",
+    "gpu-clustering": "regional_scheduler.policies.gpu_clustering:build",
+    "fgd": "regional_scheduler.policies.fgd:build",
+    "learned": "regional_scheduler.policies.learned:build",  # torch and a checkpoint
+})
 
-    module: str
-    attribute: str
-
-    def __call__(self) -> ScorePolicy:
-        return getattr(importlib.import_module(self.module), self.attribute)()
-
-
-def _policy(module: str, attribute: str = "new") -> LazyConstructor:
-    return LazyConstructor(f"regional_scheduler.policies.{module}", attribute)
-
-
-# Keys are the modules' ``NAME`` (tests/regional_scheduler/policies/test_registry.py checks them).
-REGISTRY: dict[str, Callable[[], ScorePolicy]] = {
-    "random": _policy("random_fit"),
-    "least-allocated": _policy("resource_allocation", "least"),
-    "most-allocated": _policy("resource_allocation", "most"),
-    "balanced": _policy("resource_allocation", "balanced"),
-    "requested-to-capacity": _policy("resource_allocation", "rtcr"),
-    "best-fit": _policy("best_fit"),
-    "dot-product": _policy("dot_product"),
-    "gpu-packing": _policy("gpu_packing"),
-    "gpu-clustering": _policy("gpu_clustering"),
-    "fgd": _policy("fgd"),
-    "learned": LazyConstructor("regional_scheduler.learned.serving", "new_learned_policy"),
-}
-
-BASELINES: tuple[str, ...] = tuple(name for name in REGISTRY if name != "learned")
+LEARNED = "learned"
+BASELINES: tuple[str, ...] = tuple(name for name in REGISTRY if name != LEARNED)
 
 
-class UnknownPolicyError(KeyError):
-    def __init__(self, name: str) -> None:
-        super().__init__(f"unknown placement policy {name!r}; known: {', '.join(REGISTRY)}")
+def names() -> list[str]:
+    return REGISTRY.names()
 
 
-def get_policy(name: str) -> ScorePolicy:
-    try:
-        factory = REGISTRY[name]
-    except KeyError:
-        raise UnknownPolicyError(name) from None
-    return factory()
+def get_policy(name: str, **kwargs: Any) -> ScorePolicy:
+    policy: ScorePolicy = REGISTRY.get(name, **kwargs)
+    return policy

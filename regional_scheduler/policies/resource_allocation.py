@@ -24,6 +24,12 @@ from meridian.cluster_state import ClusterState
 from meridian.model import Pod
 from regional_scheduler.policies.base import MAX_NODE_SCORE, Scores
 
+# One policy class, four policies: each constructor ``build_<variant>`` builds ``<VARIANT>_NAME``.
+LEAST_NAME = "least-allocated"
+MOST_NAME = "most-allocated"
+BALANCED_NAME = "balanced"
+RTCR_NAME = "requested-to-capacity"
+
 Strategy = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (requested (R,k), allocatable (R,k)) -> (k,)
 
 
@@ -88,17 +94,17 @@ class ResourceAllocationPolicy:
         return Scores(total.astype(float))
 
 
-def least() -> ResourceAllocationPolicy:
-    return ResourceAllocationPolicy("least-allocated", [least_allocated])
+def build_least() -> ResourceAllocationPolicy:
+    return ResourceAllocationPolicy(LEAST_NAME, [least_allocated])
 
 
-def most() -> ResourceAllocationPolicy:
-    return ResourceAllocationPolicy("most-allocated", [most_allocated])
+def build_most() -> ResourceAllocationPolicy:
+    return ResourceAllocationPolicy(MOST_NAME, [most_allocated])
 
 
-def balanced() -> ResourceAllocationPolicy:
-    return ResourceAllocationPolicy("balanced", [balanced_allocation, least_allocated])
+def build_balanced() -> ResourceAllocationPolicy:
+    return ResourceAllocationPolicy(BALANCED_NAME, [balanced_allocation, least_allocated])
 
 
-def rtcr(shape: Sequence[tuple[float, float]] = DEFAULT_RTCR_SHAPE) -> ResourceAllocationPolicy:
-    return ResourceAllocationPolicy("requested-to-capacity", [requested_to_capacity_ratio(shape)])
+def build_rtcr(shape: Sequence[tuple[float, float]] = DEFAULT_RTCR_SHAPE) -> ResourceAllocationPolicy:
+    return ResourceAllocationPolicy(RTCR_NAME, [requested_to_capacity_ratio(shape)])

@@ -28,7 +28,7 @@ def test_unknown_policy_is_rejected() -> None:
     assert "unknown placement policy" in result.output
 
 
-def test_online_bench_never_tells_fgd_the_target_workload(tmp_path: Path) -> None:
+def test_the_bench_is_online_by_default_and_the_paper_protocol_is_asked_for_and_reported(tmp_path: Path) -> None:
     from regional_scheduler import bench_placement as bp
     from regional_scheduler.framework import Scheduler
     from regional_scheduler.policies.registry import get_policy
@@ -41,17 +41,20 @@ def test_online_bench_never_tells_fgd_the_target_workload(tmp_path: Path) -> Non
         made.append(get_policy(name))
         return Scheduler(made[-1], seed=seed)
 
-    online = bp.run_one(inp, "fgd", 42, online=True, scheduler_factory=factory)
-    prepared = bp.run_one(inp, "fgd", 42, scheduler_factory=factory)
+    online = bp.run_one(inp, "fgd", 42, scheduler_factory=factory)
+    paper = bp.run_one(inp, "fgd", 42, paper=True, scheduler_factory=factory)
     assert made[0].online_rebuilds >= 1 and made[1].online_rebuilds == 0
-    assert online.curve[100]["gpu_alloc_pct"] > 80.0 and prepared.curve[100]["gpu_alloc_pct"] > 80.0
+    assert online.curve[100]["gpu_alloc_pct"] > 80.0 and paper.curve[100]["gpu_alloc_pct"] > 80.0
 
-    out = tmp_path / "online.json"
-    result = CliRunner().invoke(build_app(), ["bench", "placement", "--scenario", "seed-50x200", "--seeds", "1",
-                                              "--policies", "fgd", "--online", "--json", str(out)])
-    assert result.exit_code == 0, result.output
-    assert "(online)" in result.output
-    assert json.loads(out.read_text())["online"] is True
+    for flags, protocol, title in (([], "online", "online: the past only"),
+                                   (["--paper"], "paper", "paper protocol")):
+        out = tmp_path / f"{protocol}.json"
+        result = CliRunner().invoke(build_app(), ["bench", "placement", "--scenario", "seed-50x200", "--seeds", "1",
+                                                  "--policies", "fgd", *flags, "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        assert title in result.output
+        report = json.loads(out.read_text())
+        assert report["protocol"] == protocol and report["online"] is (protocol == "online")
 
 
 def test_bench_reports_seeds_whose_workload_the_gate_left_to_fgd() -> None:
@@ -62,7 +65,7 @@ def test_bench_reports_seeds_whose_workload_the_gate_left_to_fgd() -> None:
     constrained = spec_like_pod_list(full.pods, full.nodes, 1, 0.45)  # above the gpu profile's gate_share 0.30
     for pods, gated in ((constrained, 1), (full.pods, 0)):
         inp = bp.BenchInput("openb", full.nodes[:150], pods)
-        learned, fgd = bp.run_one(inp, "learned", 42), bp.run_one(inp, "fgd", 42)
+        learned, fgd = bp.run_one(inp, "learned", 42, paper=True), bp.run_one(inp, "fgd", 42, paper=True)
         summary = bp.summarize([learned], 150)
         assert summary["gated_to_fgd_seeds"] == gated
         if gated:

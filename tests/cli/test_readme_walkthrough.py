@@ -18,13 +18,13 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
+from meridian.envtest import wait_for
 from tests.conftest import RedisServer, free_port
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -79,12 +79,17 @@ class Walk:
         return output
 
     def wait(self, what: str, until, timeout_s: float = 45.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not until():
+        def ready() -> bool:
+            if until():
+                return True
             for argv, proc, _ in self.background:
                 assert proc.poll() is None, f"{shlex.join(argv)} exited {proc.returncode}:\n{self.logs()}"
-            assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{self.logs()}"
-            time.sleep(0.2)
+            return False
+
+        try:
+            wait_for(ready, timeout=timeout_s, message=what)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}:\n{self.logs()}") from None
 
     def logs(self) -> str:
         return "\n".join(f"---- {shlex.join(argv)}\n{log.read_text(errors='replace')[-3000:]}"

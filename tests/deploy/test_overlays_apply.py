@@ -19,8 +19,9 @@ import pytest
 from kubernetes.client import AppsV1Api, CoreV1Api
 
 from meridian import envtest
+from meridian.envtest import wait_for
 from tests.deploy.kustomize_helpers import DEPLOY, EXTRA_KUSTOMIZATIONS, OVERLAYS, in_ci, kubectl, render
-from tests.kube_helpers import create_ready_nodes, wait_for
+from tests.kube_helpers import create_ready_nodes
 
 pytestmark = pytest.mark.kubernetes
 

@@ -281,10 +281,12 @@ def test_every_component_runs_under_its_own_user(fabric: AclRedis) -> None:
     command is refused (ACL LOG stays empty), and what each wrote arrived."""
     from global_scheduler.accounting.consumer import SummaryAccountant
     from global_scheduler.accounting.ledger import RedisLedger
+    from meridian.envtest import wait_for
     from meridian.model import GIB, Node, Resources
     from node_agent.cli import build_agent
     from node_agent.settings import AgentSettings
     from protos import dispatch_pb2 as dpb
+    from protos import telemetry_pb2 as tpb
     from regional_scheduler.dispatch_worker import DispatchWorker, DispatchWorkerSettings, simulated_cluster
     from regional_scheduler.summary_publisher import SummaryPublisher, SummarySettings
     from regional_scheduler.telemetry_state import (
@@ -300,7 +302,7 @@ def test_every_component_runs_under_its_own_user(fabric: AclRedis) -> None:
         # global → dispatch order → the regional dispatch worker places it and reports events and a summary
         nodes = [Node(name=f"n{i}", capacity=Resources(milli_cpu="16", memory_bytes=64 * GIB)) for i in range(2)]
         worker = DispatchWorker(bus=regional_bus, state=simulated_cluster(nodes), settings=DispatchWorkerSettings(
-            cluster=cluster, region="eu", block_ms=10))
+            cluster=cluster, region="eu", bus={"block_ms": 10}))
         worker.bus.ensure_group(worker.stream, "regional-dispatch")
         global_bus.publish_many(dispatch_stream(cluster), [dpb.DispatchMessage(cluster=cluster, place=dpb.PlaceWorkload(
             workload_id="w1", attempt=1, name="job", tenant="t", replicas=1,
@@ -316,7 +318,7 @@ def test_every_component_runs_under_its_own_user(fabric: AclRedis) -> None:
         assert agent.tick()
         state = TelemetryState(cluster=cluster)
         consumer = TelemetryConsumer(bus=regional_bus, state=state, settings=TelemetryConsumerSettings(
-            cluster=cluster, block_ms=10))
+            cluster=cluster, bus={"block_ms": 10}))
         assert consumer.step() == 5
         SummaryPublisher(bus=regional_bus, state=state, settings=SummarySettings(region="eu")).publish_once()
 
@@ -335,8 +337,11 @@ def test_every_component_runs_under_its_own_user(fabric: AclRedis) -> None:
         ledger = RedisLedger(redis_client(fabric.url("meridian-global"), security=RedisSecuritySettings()),
                              bucket_s=1)
         accountant = SummaryAccountant(bus=global_bus, ledger=ledger, consumer="acc", price_per_mwh=lambda r, t: 50.0,
-                                       group=f"acc-{cluster}", block_ms=10)
-        time.sleep(0.002)  # the second summary of the cluster is younger than the first
+                                       group=f"acc-{cluster}", settings={"block_ms": 10})
+        # The next summary must be younger than the newest so far (the accountant skips older ones).
+        newest_ms = max(tpb.ClusterSummary.FromString(e.payload).generated_unix_ms for e in summaries)
+        wait_for(lambda: time.time() * 1000 >= newest_ms + 1, interval=0.001,
+                 message="the clock to pass the newest summary's stamp")
         worker.publish_summary()
         stats = accountant.poll_once(block=False)
         assert stats.applied >= 1 and stats.dead_lettered == 0

@@ -17,11 +17,11 @@ import grpc
 import pytest
 
 from meridian.bus import MOVES_STREAM, open_bus
+from meridian.envtest import wait_for
 from meridian_demo.kube_federation import KubeFederation, MemberSpec, Placed
 from protos import dispatch_pb2 as dpb
 from protos import global_api_pb2 as api
 from protos import global_api_pb2_grpc as api_grpc
-from tests.global_api_helpers import wait_for
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.slow]
 
@@ -76,7 +76,8 @@ def test_dispatch_failover_return_and_cancel_on_real_clusters(federation: KubeFe
     #    (round-robin), every replica's pod bound there by Meridian's regional scheduler.
     web = submit(stub, "web")
     batch = submit(stub, "etl", workload_class="batch", replicas=1)
-    placed = {w.id: wait_for(lambda w=w: bound_in(federation, stub, w.id), 120, f"{w.spec.name} bound")
+    placed = {w.id: wait_for(lambda w=w: bound_in(federation, stub, w.id),
+                             timeout=120, message=f"{w.spec.name} bound")
               for w in (web, batch)}
     assert placed[web.id].kind == "Deployment" and placed[batch.id].kind == "Job"
     assert {p.cluster for p in placed.values()} == set(federation.member_names)
@@ -91,9 +92,10 @@ def test_dispatch_failover_return_and_cancel_on_real_clusters(federation: KubeFe
     other = next(n for n in federation.member_names if n != lost)
     started = time.monotonic()
     federation.stop_member_api(lost)
-    moved = wait_for(lambda: (w := get(stub, web.id)).cluster == other and w.state in BOUND and w, 90,
-                     "the service to fail over")
-    wait_for(lambda: bound_in(federation, stub, web.id), 60, "the service's pods bound in the other member")
+    moved = wait_for(lambda: (w := get(stub, web.id)).cluster == other and w.state in BOUND and w,
+                     timeout=90, interval=0.05, message="the service to fail over")
+    wait_for(lambda: bound_in(federation, stub, web.id),
+             timeout=60, interval=0.05, message="the service's pods bound in the other member")
     failover_s = time.monotonic() - started
     assert moved.attempt >= 2
     assert failover_s < federation.registry_timeout_s + 30, failover_s
@@ -103,17 +105,20 @@ def test_dispatch_failover_return_and_cancel_on_real_clusters(federation: KubeFe
 
     # 3. It comes back: the stale copy there is deleted, so the service runs in one cluster only.
     federation.start_member_api(lost)
-    wait_for(lambda: not where(federation, web.id, [lost]), 90, "the stale copy to be deleted")
+    wait_for(lambda: not where(federation, web.id, [lost]),
+             timeout=90, message="the stale copy to be deleted")
     assert [p.cluster for p in where(federation, web.id)] == [other]
     wait_for(lambda: lost in {c.name for c in stub.ListClusters(api.ListClustersRequest(), timeout=10).clusters
-                              if c.ready}, 60, "the member to report again")
+                              if c.ready}, timeout=60, message="the member to report again")
 
     # 4. Cancel: every object and pod goes, in both members.
     for w in (web, batch):
         assert stub.CancelWorkload(api.CancelWorkloadRequest(id=w.id), timeout=10).state == \
             api.WORKLOAD_STATE_CANCELLED
-    wait_for(lambda: not any(where(federation, w.id) for w in (web, batch)), 60, "the objects to be deleted")
-    wait_for(lambda: all(federation.live_pods(n) == 0 for n in federation.member_names), 60, "the pods to go")
+    wait_for(lambda: not any(where(federation, w.id) for w in (web, batch)),
+             timeout=60, message="the objects to be deleted")
+    wait_for(lambda: all(federation.live_pods(n) == 0 for n in federation.member_names),
+             timeout=60, message="the pods to go")
     bus.close()
 
 
@@ -124,9 +129,9 @@ def test_a_workload_no_member_can_place_waits_with_the_schedulers_reason(
     # the API shows it.
     big = submit(stub, "big", replicas=3, requests=api.ResourceQuantities(cpu="5", memory="1Gi"))
     # Two replicas fit (one per node), the third waits: the member's count and its scheduler's reason.
-    w = wait_for(lambda: "2/3 replicas placed" in (x := get(stub, big.id)).message and x, 60,
-                 "the member's reason in the API")
+    w = wait_for(lambda: "2/3 replicas placed" in (x := get(stub, big.id)).message and x,
+                 timeout=60, message="the member's reason in the API")
     assert w.message.startswith(f"waiting on {w.cluster}: ") and "Insufficient cpu" in w.message, w.message
     assert w.state == api.WORKLOAD_STATE_DISPATCHED
     stub.CancelWorkload(api.CancelWorkloadRequest(id=big.id), timeout=10)
-    wait_for(lambda: not where(federation, big.id), 60, "the objects to be deleted")
+    wait_for(lambda: not where(federation, big.id), timeout=60, message="the objects to be deleted")

@@ -27,11 +27,11 @@ import grpc
 import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from meridian.envtest import wait_for
 from protos import dispatch_pb2 as dpb
 from protos import global_api_pb2 as api
 from protos import global_api_pb2_grpc as api_grpc
 from protos import telemetry_pb2 as tpb
-from tests.global_api_helpers import wait_for
 from tests.redis_helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +67,7 @@ class Redis:
         self.proc = subprocess.Popen([binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                                       *durability, "--dir", str(self.workdir)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(self._answers, 10, f"redis-server on port {self.port}", every_s=0.05)
+        wait_for(self._answers, timeout=10, interval=0.05, message=f"redis-server on port {self.port}")
 
     def _answers(self) -> bool:
         try:
@@ -173,15 +173,15 @@ class SchedulerProcess(Component):
                 raise AssertionError(f"the global scheduler exited ({self.exited()}):\n{self.output()[-3000:]}")
             return self.serving()
 
-        wait_for(up, timeout_s, "the global scheduler to serve")
+        wait_for(up, timeout=timeout_s, message="the global scheduler to serve")
 
     def clusters(self) -> list[api.Cluster]:
         return list(self.stub().ListClusters(api.ListClustersRequest(), timeout=5).clusters)
 
     def wait_clusters(self, names: Iterable[str], timeout_s: float = 30) -> None:
         wanted = set(names)
-        wait_for(lambda: wanted <= {c.name for c in self.clusters() if c.ready}, timeout_s,
-                 f"clusters {sorted(wanted)} to report")
+        wait_for(lambda: wanted <= {c.name for c in self.clusters() if c.ready},
+                 timeout=timeout_s, message=f"clusters {sorted(wanted)} to report")
 
     def workloads(self) -> list[api.Workload]:
         out: list[api.Workload] = []
@@ -204,8 +204,8 @@ class SchedulerProcess(Component):
             return got if len(got) == len(wanted) and all(w.state in states for w in got.values()) else None
 
         try:
-            return wait_for(settled, timeout_s, "every workload to settle")
-        except AssertionError:
+            return wait_for(settled, timeout=timeout_s, message="every workload to settle")
+        except TimeoutError:
             left = Counter(api.WorkloadState.Name(w.state) for w in self.workloads() if w.id in wanted)
             raise AssertionError(f"not settled within {timeout_s} s: {dict(left)}\n{self.output()[-4000:]}") from None
 
@@ -226,7 +226,7 @@ class SchedulerProcess(Component):
 def dispatch_worker(*, cluster: str, redis_url: str, log: Path, node_offset: int, nodes: int = 4,
                     inject: str | None = None, **settings: object) -> Component:
     env = {"CLUSTER": cluster, "BUS_URL": redis_url, "REGION": "eu-north", "SUMMARY_INTERVAL_S": 0.3,
-           "BLOCK_MS": 50, "CLAIM_IDLE_MS": 1000, "BACKOFF_S": "[0.1, 0.2, 0.5]"}
+           "BUS__BLOCK_MS": 50, "BUS__CLAIM_IDLE_MS": 1000, "BUS__BACKOFF_S": "[0.1, 0.2, 0.5]"}
     env.update({k.upper(): v for k, v in settings.items()})
     prefix = ["-m", "tests.faults.inject", inject] if inject else ["-m", "regional_scheduler.dispatch_worker"]
     return Component(f"dispatch-{cluster}", [sys.executable, *prefix, "--nodes", str(nodes), "--node-offset",
@@ -255,7 +255,7 @@ def submit(scheduler: SchedulerProcess, key: str, *, deadline_s: float = 60.0) -
         except grpc.RpcError as exc:
             if exc.code() not in RETRYABLE or time.monotonic() > end:
                 raise
-            time.sleep(0.1)
+            time.sleep(0.1)  # a client's retry pacing (the behaviour imitated), not a wait for something
 
 
 @dataclass
@@ -291,7 +291,7 @@ class Load:
                 return
             with self._lock:
                 self.acknowledged[key] = w.id
-            time.sleep(self.pace_s)
+            time.sleep(self.pace_s)  # the load's pace: a rate, not a wait for something
 
     def snapshot(self) -> dict[str, str]:
         with self._lock:
@@ -362,8 +362,9 @@ def assert_held_once(client: redis.Redis, clusters: Iterable[str], workloads: di
                 s.requested.milli_cpu == len(mine) * replica_milli_cpu
 
         try:
-            wait_for(matches, timeout_s, f"{cluster}'s summary to hold its {len(mine)} workloads once")
-        except AssertionError:
+            wait_for(matches,
+                     timeout=timeout_s, message=f"{cluster}'s summary to hold its {len(mine)} workloads once")
+        except TimeoutError:
             s = latest_summary(client, cluster)
             raise AssertionError(f"{cluster}: holds {None if s is None else len(s.holdings)} workloads, requested "
                                  f"{None if s is None else s.requested.milli_cpu} milli-CPU; expected {len(mine)} "

@@ -38,7 +38,7 @@ def _hang_before_events(self: RedisStreamBus, stream: str, payloads: Sequence[by
                         maxlen: int | None = None) -> int:
     if stream.startswith("meridian:events:"):
         Path(os.environ["MERIDIAN_FAULT_MARKER"]).write_text(f"{len(payloads)} events held back\n")
-        while True:
+        while True:  # the fault: a worker hung before publishing its events, until the test kills it
             time.sleep(3600)
     return _real_publish_many(self, stream, payloads, maxlen=maxlen)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from meridian.envtest import wait_for
 from protos import global_api_pb2 as api
 from tests.faults.conftest import Rig
 from tests.faults.harness import (
@@ -20,7 +21,6 @@ from tests.faults.harness import (
     dispatch_pending,
     latest_summary,
     submit,
-    wait_for,
 )
 
 pytestmark = pytest.mark.faults
@@ -38,7 +38,7 @@ def _applied_once(client, ids: set[str]) -> None:
         s = latest_summary(client, CLUSTER)
         return s is not None and {h.workload for h in s.holdings} == ids and s
 
-    s = wait_for(holds_them, 20, "a summary holding every workload")
+    s = wait_for(holds_them, timeout=20, message="a summary holding every workload")
     assert s.requested.milli_cpu == len(ids) * REPLICA_MILLI_CPU
 
 
@@ -53,7 +53,8 @@ def test_kill_9_of_a_worker_with_pending_dispatches(rig: Rig, tmp_path) -> None:
     scheduler.wait_serving()
     scheduler.wait_clusters([CLUSTER])
     ids = {submit(scheduler, f"batch-{i}").id for i in range(10)}
-    wait_for(marker.exists, 20, "the worker to read dispatches and stop before publishing their events")
+    wait_for(marker.exists,
+             timeout=20, message="the worker to read dispatches and stop before publishing their events")
     client = redis.client()
     assert dispatch_pending(client, CLUSTER) >= 1  # read, applied in its memory, not acknowledged
     doomed.kill()
@@ -61,7 +62,8 @@ def test_kill_9_of_a_worker_with_pending_dispatches(rig: Rig, tmp_path) -> None:
     rig.worker(CLUSTER, redis.url, node_offset=0)  # a new consumer: claims what the dead one left pending
     settled = scheduler.wait_all(ids, RUNNING, timeout_s=20)
     assert all(w.cluster == CLUSTER for w in settled.values())
-    wait_for(lambda: dispatch_pending(client, CLUSTER) == 0, 10, "every dispatch entry acknowledged")
+    wait_for(lambda: dispatch_pending(client, CLUSTER) == 0,
+             timeout=10, message="every dispatch entry acknowledged")
     _applied_once(client, ids)
     assert_dispatched_once(client, [CLUSTER], settled)
     assert "reconciliation" not in scheduler.output()
@@ -91,7 +93,8 @@ def test_events_whose_publish_fails_are_sent_on_redelivery(rig: Rig) -> None:
 
     admin.execute_command("ACL", "SETUSER", "regional", "allkeys")
     settled = scheduler.wait_all(ids, RUNNING, timeout_s=20)
-    wait_for(lambda: dispatch_pending(admin, CLUSTER) == 0, 10, "every dispatch entry acknowledged")
+    wait_for(lambda: dispatch_pending(admin, CLUSTER) == 0,
+             timeout=10, message="every dispatch entry acknowledged")
     _applied_once(admin, ids)
     assert_dispatched_once(admin, [CLUSTER], settled)
     assert "reconciliation" not in scheduler.output()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from meridian.envtest import wait_for
 from protos import global_api_pb2 as api
 from tests.faults.conftest import Rig
 from tests.faults.harness import (
@@ -21,7 +22,6 @@ from tests.faults.harness import (
     free_port,
     places,
     submit,
-    wait_for,
 )
 from tests.faults.inject import CRASH_EXIT_CODE
 
@@ -44,7 +44,8 @@ def test_kill_9_under_load_loses_no_acknowledged_submission(rig: Rig) -> None:
     keys = [f"order-{i:03d}" for i in range(240)]
     load = Load(scheduler, keys, threads=4, pace_s=0.02)  # about 200 submissions per second
     load.start()
-    wait_for(lambda: len(load.snapshot()) >= 40, 30, "40 acknowledged submissions", every_s=0.01)
+    wait_for(lambda: len(load.snapshot()) >= 40,
+             timeout=30, interval=0.01, message="40 acknowledged submissions")
     scheduler.kill()  # mid-load: submissions in flight fail, their clients retry with the same key
     before_kill = load.snapshot()
     assert len(before_kill) < len(keys), "the load ended before the kill; nothing was in flight"
@@ -75,7 +76,8 @@ def test_a_crash_between_the_durable_write_and_the_publish_is_reconciled(rig: Ri
     ids = {key: submit(doomed, key).id for key in (f"job-{i}" for i in range(12))}
     for i, cluster in enumerate(CLUSTERS):
         rig.worker(cluster, redis.url, node_offset=4 * i)
-    wait_for(lambda: doomed.exited() is not None, 30, "the scheduler to crash at its first dispatch")
+    wait_for(lambda: doomed.exited() is not None,
+             timeout=30, message="the scheduler to crash at its first dispatch")
     assert doomed.exited() == CRASH_EXIT_CODE, doomed.output()[-3000:]
 
     client = redis.client()

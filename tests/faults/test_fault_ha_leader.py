@@ -18,6 +18,7 @@ import grpc
 import pytest
 
 from global_scheduler.leadership import LeaderRecord
+from meridian.envtest import wait_for
 from protos import global_api_pb2 as api
 from tests.faults.conftest import Rig
 from tests.faults.harness import (
@@ -27,7 +28,6 @@ from tests.faults.harness import (
     assert_dispatched_once,
     assert_held_once,
     assert_no_cluster_declared_down,
-    wait_for,
     workload_spec,
 )
 
@@ -76,7 +76,7 @@ class TwoReplicaLoad(Load):
                 if exc.code() not in RETRYABLE or time.monotonic() > end:
                     raise
                 which = self._on[thread] = 1 - which
-                time.sleep(0.05)
+                time.sleep(0.05)  # a client's retry pacing (the behaviour imitated), not a wait for something
 
 
 def test_kill_9_of_the_leader_under_load_fails_over_without_loss_or_double_dispatch(rig: Rig) -> None:
@@ -88,7 +88,7 @@ def test_kill_9_of_the_leader_under_load_fails_over_without_loss_or_double_dispa
     second = replica(rig, "b", redis.url)
     second.wait_serving()
     by_address = {f"127.0.0.1:{p.port}": p for p in (first, second)}
-    record = wait_for(lambda: leader_record(redis), 30, "a leader to be elected")
+    record = wait_for(lambda: leader_record(redis), timeout=30, message="a leader to be elected")
     leader = by_address[record.advertise]
     follower = second if leader is first else first
     follower.wait_clusters(CLUSTERS)  # through the follower: forwarded to the leader
@@ -96,7 +96,8 @@ def test_kill_9_of_the_leader_under_load_fails_over_without_loss_or_double_dispa
     keys = [f"order-{i:03d}" for i in range(300)]
     load = TwoReplicaLoad(first, keys, replicas=(first, second))
     load.start()
-    wait_for(lambda: len(load.snapshot()) >= 60, 30, "60 acknowledged submissions", every_s=0.01)
+    wait_for(lambda: len(load.snapshot()) >= 60,
+             timeout=30, interval=0.01, message="60 acknowledged submissions")
     leader.kill()
     killed_at = time.monotonic()
     before_kill = load.snapshot()
@@ -106,7 +107,7 @@ def test_kill_9_of_the_leader_under_load_fails_over_without_loss_or_double_dispa
         now = leader_record(redis)
         return now is not None and now.epoch > record.epoch and by_address.get(now.advertise) is follower
 
-    wait_for(taken_over, TAKEOVER_BOUND_S, "the follower to take the lock")
+    wait_for(taken_over, timeout=TAKEOVER_BOUND_S, interval=0.05, message="the follower to take the lock")
     follower.stub().ListClusters(api.ListClustersRequest(), timeout=TAKEOVER_BOUND_S)  # served by the new leader
     takeover_s = time.monotonic() - killed_at
     assert takeover_s <= TAKEOVER_BOUND_S, takeover_s
@@ -138,7 +139,7 @@ def test_a_leader_dying_between_the_durable_write_and_the_publish_is_healed_by_t
     rig.components.append(doomed)
     doomed.start()
     doomed.wait_serving()
-    wait_for(lambda: leader_record(redis), 30, "a leader to be elected")
+    wait_for(lambda: leader_record(redis), timeout=30, message="a leader to be elected")
     survivor = SchedulerProcess(redis_url=redis.url, log=rig.tmp / "global-scheduler-b.log", **HA, **grace)
     rig.components.append(survivor)
     survivor.start()
@@ -151,7 +152,8 @@ def test_a_leader_dying_between_the_durable_write_and_the_publish_is_healed_by_t
                                                                             idempotency_key=key), timeout=10).id
     for i, cluster in enumerate(CLUSTERS):
         rig.worker(cluster, redis.url, node_offset=4 * i)
-    wait_for(lambda: doomed.exited() is not None, 30, "the leader to crash at its first dispatch")
+    wait_for(lambda: doomed.exited() is not None,
+             timeout=30, message="the leader to crash at its first dispatch")
     client = redis.client()
     stranded = {k.decode() for k, v in client.hgetall("meridian:workloads").items()
                 if api.Workload.FromString(v).state == api.WORKLOAD_STATE_DISPATCHED}

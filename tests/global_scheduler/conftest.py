@@ -14,10 +14,11 @@ from global_scheduler.scheduler import GlobalScheduler
 from global_scheduler.server import RunningServer, build_server
 from global_scheduler.settings import GlobalSchedulerSettings
 from meridian.bus import open_bus
+from meridian.envtest import wait_for
 from meridian.model import GIB, Node, Resources
 from protos import global_api_pb2_grpc as api_grpc
 from regional_scheduler.dispatch_worker import DispatchWorker, DispatchWorkerSettings, simulated_cluster
-from tests.global_api_helpers import TOKEN, wait_for
+from tests.global_api_helpers import TOKEN
 
 
 def nodes(prefix: str, count: int, cpu: str = "32", memory_gib: int = 128, gpus: int = 0) -> list[Node]:
@@ -65,7 +66,7 @@ def federation(redis_url: str, key_prefix: str) -> Iterator[Callable[..., Federa
         settings = GlobalSchedulerSettings(
             api={"listen": "127.0.0.1:0", "auth_tokens": [TOKEN] if tokens is None else tokens, "max_workers": 8,
                  **({"tls_cert_file": tls[0], "tls_key_file": tls[1]} if tls else {}), **(api or {})},
-            bus={"url": redis_url, "key_prefix": key_prefix, "poll_block_ms": 50},
+            bus={"url": redis_url, "key_prefix": key_prefix, "block_ms": 50},
             registry={"cluster_timeout_s": cluster_timeout_s, "sweep_interval_s": 0.1},
             routing={"policy": policy, "defer_recheck_s": 1.0, "worker_process": routing_worker})
         engine = GlobalScheduler(settings=settings, bus=open_bus(redis_url, key_prefix=key_prefix))
@@ -75,10 +76,10 @@ def federation(redis_url: str, key_prefix: str) -> Iterator[Callable[..., Federa
             worker = DispatchWorker(
                 bus=open_bus(redis_url, key_prefix=key_prefix), state=simulated_cluster(nodes(name, count)),
                 settings=DispatchWorkerSettings(cluster=name, region=region, summary_interval_s=0.2,
-                                                carbon_g_per_kwh=carbon, block_ms=50, start_delay_s=start_delay_s))
+                                                carbon_g_per_kwh=carbon, bus={"block_ms": 50}, start_delay_s=start_delay_s))
             fed.workers[name] = worker
             fed.start_cluster(name)
-        wait_for(lambda: len(engine.registry.names()) == len(clusters), what="clusters to report")
+        wait_for(lambda: len(engine.registry.names()) == len(clusters), message="clusters to report")
         made.append(fed)
         return fed
 

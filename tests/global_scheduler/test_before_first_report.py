@@ -29,7 +29,7 @@ def api_without_clusters(redis_url: str, key_prefix: str) -> Iterator[Callable[.
     def make(regions: list[str]) -> api_grpc.GlobalSchedulerStub:
         settings = GlobalSchedulerSettings(
             api={"listen": "127.0.0.1:0", "auth_tokens": [TOKEN], "max_workers": 8},
-            bus={"url": redis_url, "key_prefix": key_prefix, "poll_block_ms": 50},
+            bus={"url": redis_url, "key_prefix": key_prefix, "block_ms": 50},
             registry={"regions": regions}, routing={"policy": "karmada"})
         server = build_server(GlobalScheduler(settings=settings, bus=open_bus(redis_url, key_prefix=key_prefix)))
         channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")

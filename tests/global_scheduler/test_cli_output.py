@@ -7,7 +7,6 @@ import itertools
 import json
 import re
 import threading
-import time
 from collections import defaultdict
 
 import pytest
@@ -25,8 +24,8 @@ from global_scheduler.cli_output import (
 )
 from global_scheduler.client import GlobalClient, state_reached
 from meridian.cli import build_app
+from meridian.envtest import wait_for
 from protos import global_api_pb2 as api
-from tests.global_api_helpers import wait_for
 
 TOKEN = "test-token"
 WATCH_LINE = re.compile(r"^\d\d:\d\d:\d\d  (\w+) ", re.MULTILINE)
@@ -51,7 +50,7 @@ def live(federation):
 def _running(client: GlobalClient, name: str, tenant: str = "shop") -> api.Workload:
     w = client.submit(_spec(name, tenant))
     return wait_for(lambda: (x := client.get(w.id)).state == api.WORKLOAD_STATE_RUNNING and x,
-                    what=f"{name} to run")
+                    message=f"{name} to run")
 
 
 # --- watch -----------------------------------------------------------------------------------------
@@ -67,12 +66,24 @@ def test_watch_until_running_and_only_changes_print(live) -> None:
     assert all(a[10:] != b[10:] for a, b in itertools.pairwise(lines)), out.stdout  # less the time
     # Until its end: a snapshot that changes nothing shown (only updated_unix_s) prints nothing.
     result: dict[str, object] = {}
-    watcher = threading.Thread(target=lambda: result.update(out=run(["watch", "web", "--timeout", "30"])))
-    watcher.start()
-    wait_for(lambda: fed.server.streams.open == 1, what="the watch to open")
-    for _ in range(3):
-        fed.engine.store.update(w.id)  # a new version, the same state, cluster and message
-        time.sleep(0.2)
+    sent = [0]  # snapshots the server's watch has sent
+    real_watch = fed.engine.store.watch
+
+    def counting_watch(*args, **kwargs):
+        for snapshot in real_watch(*args, **kwargs):
+            sent[0] += 1
+            yield snapshot
+
+    fed.engine.store.watch = counting_watch
+    try:
+        watcher = threading.Thread(target=lambda: result.update(out=run(["watch", "web", "--timeout", "30"])))
+        watcher.start()
+        wait_for(lambda: fed.server.streams.open == 1 and sent[0] == 1, message="the watch to open")
+        for i in range(3):
+            fed.engine.store.update(w.id)  # a new version, the same state, cluster and message
+            wait_for(lambda i=i: sent[0] == 2 + i, interval=0.02, message=f"the watch to send version {i + 2}")
+    finally:
+        del fed.engine.store.watch  # the class's again
     client.cancel(w.id)
     watcher.join(timeout=30)
     out = result["out"]

@@ -7,6 +7,7 @@ import re
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -17,8 +18,9 @@ from global_scheduler.scheduler import GlobalScheduler
 from global_scheduler.server import build_server
 from meridian.bus import open_bus
 from meridian.cli import build_app
+from meridian.envtest import wait_for
 from protos import global_api_pb2 as api
-from tests.global_api_helpers import TOKEN, self_signed_certificate, wait_for
+from tests.global_api_helpers import TOKEN, self_signed_certificate
 from tests.global_scheduler.conftest import Federation
 
 pytestmark = pytest.mark.faults  # part of the hardening suite: pytest -m faults
@@ -43,16 +45,16 @@ def test_cli_watch_resumes_across_a_server_restart(federation, redis_url: str, k
     fed = federation()
     client = GlobalClient(fed.target, token=TOKEN)
     w = client.submit(SPEC)
-    wait_for(lambda: client.get(w.id).state == api.WORKLOAD_STATE_RUNNING, what="the workload to run")
+    wait_for(lambda: client.get(w.id).state == api.WORKLOAD_STATE_RUNNING, message="the workload to run")
     result: dict[str, object] = {}
     env = {"MERIDIAN_API": fed.target, "MERIDIAN_TOKEN": TOKEN}
     watcher = threading.Thread(target=lambda: result.update(
         out=CliRunner().invoke(build_app(), ["watch", w.id, "--deadline", "60"], env=env)), daemon=True)
     watcher.start()
-    wait_for(lambda: fed.server.streams.open == 1, what="the watch to open")
+    wait_for(lambda: fed.server.streams.open == 1, message="the watch to open")
     _restart_on_same_port(fed, redis_url, key_prefix)
     # The watch reconnects to the new server and gets the same snapshot: not printed again.
-    wait_for(lambda: fed.server.streams.open == 1, what="the watch to reconnect")
+    wait_for(lambda: fed.server.streams.open == 1, message="the watch to reconnect")
     client.cancel(w.id)
     watcher.join(timeout=30)
     assert not watcher.is_alive(), "the watch did not end after the cancellation"
@@ -65,27 +67,37 @@ def test_cli_watch_resumes_across_a_server_restart(federation, redis_url: str, k
     client.close()
 
 
-def test_follow_stops_at_its_deadline_while_the_server_is_down(federation) -> None:
+def test_follow_stops_at_its_deadline_while_the_server_is_down(federation,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     fed = federation()
     client = GlobalClient(fed.target, token=TOKEN)
     w = client.submit(SPEC)
     fed.server.stop(0.2)
     fed.server.server.wait_for_termination(5)
     retries: list[tuple[str, float]] = []
-    t0 = time.monotonic()
     with pytest.raises(grpc.RpcError) as err:  # never connected: the first failure is the answer
-        list(client.follow(w.id, deadline_s=3))
-    assert err.value.code() == grpc.StatusCode.UNAVAILABLE and time.monotonic() - t0 < 5
-    # Connected once, then the server went away: retried with back-off until the deadline.
+        list(client.follow(w.id, deadline_s=3, on_reconnect=lambda why, d: retries.append((why, d))))
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE and retries == []  # not retried until the deadline
+
+    # Connected once, then the server went away: retried with back-off until the deadline, on the client's
+    # clock, injected here: each back-off advances it by exactly its delay.
     def flaky_watch(wid: str, timeout_s: float | None = None):  # the same snapshot, then the stream breaks
         yield w
         raise _Unavailable()
 
+    clock = [100.0]
+
+    def sleep(s: float) -> None:
+        clock[0] += s
+
+    monkeypatch.setattr("global_scheduler.client.time", SimpleNamespace(monotonic=lambda: clock[0]))
     client.watch = flaky_watch  # type: ignore[method-assign]
     seen = list(client.follow(w.id, deadline_s=2.0, on_reconnect=lambda why, d: retries.append((why, d)),
-                              sleep=lambda s: time.sleep(min(s, 0.05))))
-    assert [x.id for x in seen] == [w.id] and retries
-    assert [d for _, d in retries[:3]] == [0.2, 0.5, 1.0]
+                              sleep=sleep))
+    assert [x.id for x in seen] == [w.id]
+    # 0.2 + 0.5 + 1.0, then what is left of the 2 s deadline, then nothing: it ended at its deadline.
+    assert [d for _, d in retries] == pytest.approx([0.2, 0.5, 1.0, 0.3])
+    assert clock[0] == pytest.approx(102.0)
     client.close()
 
 

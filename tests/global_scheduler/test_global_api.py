@@ -12,8 +12,9 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from prometheus_client import REGISTRY
 
 from global_scheduler.errors import error_details
+from meridian.envtest import wait_for
 from protos import global_api_pb2 as api
-from tests.global_api_helpers import AUTH, TOKEN, self_signed_certificate, spec, wait_for, wait_state
+from tests.global_api_helpers import AUTH, TOKEN, self_signed_certificate, spec, wait_state
 
 
 def test_submit_dispatch_place_running(federation) -> None:
@@ -193,7 +194,7 @@ def test_paging_and_cancel(federation) -> None:
     cancelled = stub.CancelWorkload(api.CancelWorkloadRequest(id=ids[0]), metadata=AUTH)
     assert cancelled.state == api.WORKLOAD_STATE_CANCELLED
     worker = fed.workers[cancelled.cluster]
-    wait_for(lambda: ids[0] not in worker.held, what="the cluster to release the cancelled workload")
+    wait_for(lambda: ids[0] not in worker.held, message="the cluster to release the cancelled workload")
 
 
 def test_cluster_that_stops_reporting_is_failed_over(federation) -> None:
@@ -209,7 +210,8 @@ def test_cluster_that_stops_reporting_is_failed_over(federation) -> None:
     fed.stop_cluster(victim)
     for wid in on_victim:
         moved = wait_for(lambda wid=wid: (w := stub.GetWorkload(api.GetWorkloadRequest(id=wid), metadata=AUTH)).state
-                         == api.WORKLOAD_STATE_RUNNING and w.cluster != victim and w, 30, f"{wid} to fail over")
+                         == api.WORKLOAD_STATE_RUNNING and w.cluster != victim and w,
+                         timeout=30, message=f"{wid} to fail over")
         assert moved.attempt == 2
     final = {wid: stub.GetWorkload(api.GetWorkloadRequest(id=wid), metadata=AUTH) for wid in ids}
     assert all(w.state == api.WORKLOAD_STATE_RUNNING for w in final.values()), "a workload was lost"
@@ -237,7 +239,7 @@ def test_failback_of_deferrable_work_that_has_not_started(federation) -> None:
                      policy="least-carbon", start_delay_s=30.0)
     stub = fed.stub()
     fed.stop_cluster("north-1")
-    wait_for(lambda: not fed.engine.registry.is_ready("north-1"), what="north-1 to be marked down")
+    wait_for(lambda: not fed.engine.registry.is_ready("north-1"), message="north-1 to be marked down")
     batch = spec(name="train", replicas=1, deferrable=True, deadline_unix_s=time.time() + 6 * 3600,
                  weights=api.ObjectiveWeights(energy=1.0))
     # Deferring is the policy's call; least-carbon never defers, so the job goes to the only live cluster.
@@ -246,9 +248,10 @@ def test_failback_of_deferrable_work_that_has_not_started(federation) -> None:
     assert first.cluster == "central-1"
     fed.start_cluster("north-1")  # the cleaner cluster recovers before the job started
     moved = wait_for(lambda: (x := stub.GetWorkload(api.GetWorkloadRequest(id=w.id), metadata=AUTH)).cluster
-                     == "north-1" and x.state == api.WORKLOAD_STATE_SCHEDULED and x, 30, "failback to north-1")
+                     == "north-1" and x.state == api.WORKLOAD_STATE_SCHEDULED and x,
+                     timeout=30, message="failback to north-1")
     assert moved.attempt == 2
-    wait_for(lambda: w.id not in fed.workers["central-1"].held, what="central-1 to release the job")
+    wait_for(lambda: w.id not in fed.workers["central-1"].held, message="central-1 to release the job")
 
 
 def test_tls(federation, tmp_path) -> None:

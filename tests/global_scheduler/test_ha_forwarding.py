@@ -15,15 +15,16 @@ from global_scheduler.scheduler import GlobalScheduler
 from global_scheduler.server import RunningServer, build_server
 from global_scheduler.settings import GlobalSchedulerSettings
 from meridian.bus import open_bus
+from meridian.envtest import wait_for
 from protos import global_api_pb2 as api
 from protos import global_api_pb2_grpc as api_grpc
-from tests.global_api_helpers import AUTH, TOKEN, spec, wait_for
+from tests.global_api_helpers import AUTH, TOKEN, spec
 
 
 def _replica_server(redis_url: str, key_prefix: str) -> RunningServer:
     settings = GlobalSchedulerSettings(
         api={"listen": "127.0.0.1:0", "auth_tokens": [TOKEN], "max_workers": 16},
-        bus={"url": redis_url, "key_prefix": key_prefix, "poll_block_ms": 50},
+        bus={"url": redis_url, "key_prefix": key_prefix, "block_ms": 50},
         routing={"policy": "karmada", "worker_process": False},
         ha={"enabled": True, "lease_duration_s": 2.0, "renew_deadline_s": 1.4, "retry_period_s": 0.1,
             "forward_timeout_s": 10.0})
@@ -36,7 +37,7 @@ def _replica_server(redis_url: str, key_prefix: str) -> RunningServer:
 def pair(redis_url: str, key_prefix: str) -> Iterator[tuple[RunningServer, RunningServer]]:
     first = _replica_server(redis_url, key_prefix)
     assert first.replica is not None
-    wait_for(first.replica.leading, 30, "the first replica to lead")
+    wait_for(first.replica.leading, timeout=30, message="the first replica to lead")
     second = _replica_server(redis_url, key_prefix)
     yield first, second
     for s in (second, first):
@@ -50,7 +51,8 @@ def _stub(server: RunningServer) -> api_grpc.GlobalSchedulerStub:
 def test_a_follower_forwards_with_the_callers_token_and_relays_errors(pair) -> None:
     leader, follower = pair
     assert follower.replica is not None and not follower.replica.leading()
-    wait_for(lambda: follower.replica.leader() is not None, 10, "the follower to see the leader")
+    wait_for(lambda: follower.replica.leader() is not None,
+             timeout=10, message="the follower to see the leader")
     via_follower, via_leader = _stub(follower), _stub(leader)
     w = via_follower.SubmitWorkload(api.SubmitWorkloadRequest(spec=spec(), idempotency_key="k1"), metadata=AUTH,
                                     timeout=10)
@@ -68,7 +70,7 @@ def test_a_follower_forwards_with_the_callers_token_and_relays_errors(pair) -> N
     assert next(watch).id == w.id
     assert leader.streams is not None and leader.streams.open == 1  # the follower's stream to the leader
     watch.cancel()  # the caller leaves: the follower ends its stream to the leader too
-    wait_for(lambda: leader.streams.open == 0, 10, "the leader's stream to close")
+    wait_for(lambda: leader.streams.open == 0, timeout=10, message="the leader's stream to close")
     # The leader's error, code, message and details unchanged.
     with pytest.raises(grpc.RpcError) as err:
         via_follower.SubmitWorkload(api.SubmitWorkloadRequest(spec=spec(replicas=0)), metadata=AUTH, timeout=10)
@@ -92,7 +94,7 @@ def test_a_graceful_stop_hands_over_and_the_new_leader_restores_the_store(pair, 
     assert leader.replica is not None and follower.replica is not None
     epoch = leader.replica.elector.record.epoch
     leader.stop(0.2)  # stops routing, then deletes the lock: the follower takes it at its next try
-    wait_for(follower.replica.leading, 10, "the follower to lead")
+    wait_for(follower.replica.leading, timeout=10, message="the follower to lead")
     record = LeaderRecord.parse(open_bus(redis_url, key_prefix=key_prefix).get_value("meridian:global:leader"))
     assert record is not None and record.epoch == epoch + 1 and record.advertise == follower.replica.advertise
     for wid in ids:  # restored from Redis before the new leader answered
@@ -112,9 +114,9 @@ def test_a_deposed_leader_forwards_at_once_and_keeps_no_engine_of_its_term(pair,
     # The lock is lost (as if it expired during a partition): the follower takes it at its next try, and the
     # old leader's next renewal is refused.
     open_bus(redis_url, key_prefix=key_prefix).delete("meridian:global:leader")
-    wait_for(follower.replica.leading, 10, "the follower to lead")
-    wait_for(lambda: not leader.replica.leading(), 10, "the old leader to step down")
-    wait_for(lambda: leader.replica.engine is not term_engine, 10, "a fresh standby engine")
+    wait_for(follower.replica.leading, timeout=10, message="the follower to lead")
+    wait_for(lambda: not leader.replica.leading(), timeout=10, message="the old leader to step down")
+    wait_for(lambda: leader.replica.engine is not term_engine, timeout=10, message="a fresh standby engine")
     assert term_engine._stop.is_set()  # the term's workers were stopped
     # Calls to the old leader are forwarded to the new one, which restored what the old one had accepted.
     assert via_leader.GetWorkload(api.GetWorkloadRequest(id=wid), metadata=AUTH, timeout=10).id == wid

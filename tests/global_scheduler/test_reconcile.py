@@ -16,11 +16,12 @@ from global_scheduler.settings import GlobalSchedulerSettings
 from global_scheduler.store import WorkloadStore
 from global_scheduler.validation import parse_requests
 from meridian.bus import BusError, dispatch_stream, events_stream, open_bus
+from meridian.envtest import wait_for
 from protos import dispatch_pb2 as dpb
 from protos import global_api_pb2 as api
 from protos import global_api_pb2_grpc as api_grpc
 from protos import telemetry_pb2 as tpb
-from tests.global_api_helpers import spec, wait_for, wait_state
+from tests.global_api_helpers import spec, wait_state
 from tests.global_scheduler.conftest import Federation
 
 pytestmark = pytest.mark.faults  # part of the hardening suite: pytest -m faults
@@ -195,7 +196,7 @@ def test_a_lost_event_is_sent_again(federation, monkeypatch: pytest.MonkeyPatch)
     worker = fed.workers["north-1"]
     fed.stop_cluster("north-1")
     # The fixture starts north-1's thread first; this test drives the worker by hand until it restarts it.
-    wait_for(lambda: not fed.threads[0].is_alive(), what="the worker thread to stop")
+    wait_for(lambda: not fed.threads[0].is_alive(), message="the worker thread to stop")
     worker.bus.publish(dispatch_stream("north-1"), dpb.DispatchMessage(cluster="north-1", place=dpb.PlaceWorkload(
         workload_id=w.id, attempt=1, name="event-lost", tenant="shop", replicas=2,
         requests=dpb.ReplicaRequests(milli_cpu=2000, memory_bytes=4 * 2**30))).SerializeToString())

@@ -172,7 +172,7 @@ AUTH = (("authorization", f"Bearer {TOKEN}"),)
 def api_from_file(redis_url: str, key_prefix: str, federation_file: Path) -> Iterator[api_grpc.GlobalSchedulerStub]:
     settings = GlobalSchedulerSettings(
         api={"listen": "127.0.0.1:0", "auth_tokens": [TOKEN], "max_workers": 8},
-        bus={"url": redis_url, "key_prefix": key_prefix, "poll_block_ms": 50},
+        bus={"url": redis_url, "key_prefix": key_prefix, "block_ms": 50},
         registry={"config_file": federation_file}, routing={"policy": "karmada", "worker_process": False})
     engine = GlobalScheduler(settings=settings, bus=open_bus(redis_url, key_prefix=key_prefix))
     assert engine.registry.configured_regions == ("lunar-base", "atlantis-1", "eu-north")

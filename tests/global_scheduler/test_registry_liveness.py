@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from global_scheduler.registry import ClusterRegistry
 from global_scheduler.settings import RegistrySettings
+from meridian.envtest import wait_for
 from protos import telemetry_pb2 as tpb
 from tests.conftest import RedisServer
 from tests.global_scheduler.conftest import Federation
@@ -123,29 +124,39 @@ def test_a_redis_restart_longer_than_the_cluster_timeout_moves_nothing(
         federation: Callable[..., Federation], redis_server: RedisServer) -> None:
     fed = federation(cluster_timeout_s=2.0)
     downs: list[str] = []
+    sweeps: list[float] = []  # when each sweep ran (time.time())
     real_sweep = fed.engine.registry.sweep
 
     def recording_sweep(now_s: float | None = None) -> list[str]:
         went_down = real_sweep(now_s)
         downs.extend(went_down)
+        sweeps.append(time.time())
         return went_down
 
     fed.engine.registry.sweep = recording_sweep  # type: ignore[method-assign]
     stop = threading.Event()
     not_ready: list[str] = []
 
-    def watch() -> None:
-        while not stop.is_set():
+    def watch() -> None:  # samples the registry every 50 ms for the whole test
+        while not stop.wait(0.05):
             not_ready.extend(n for n in fed.engine.registry.names() if not fed.engine.registry.is_ready(n))
-            time.sleep(0.05)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
         redis_server.kill()
-        time.sleep(4.0)  # twice the cluster timeout
+        registry = fed.engine.registry
+        wait_for(lambda: registry.readable_since() is None, timeout=30, message="the engine to see Redis down")
+        time.sleep(4.0)  # the fault: an outage of twice the cluster timeout (its length is what is tested)
         redis_server.start()
-        time.sleep(4.0)  # the regional workers reconnect and publish again; the registry hears them
+        back = time.time()
+        # The regional workers reconnect and publish again and the registry hears every cluster; then a sweep
+        # runs (the one that would mark them down had the outage counted as their silence).
+        wait_for(lambda: registry.readable_since() is not None
+                 and all(c.last_seen_unix_s > back for c in registry.cluster_messages()), timeout=30,
+                 message="every cluster to be heard after the restart")
+        heard = time.time()
+        wait_for(lambda: any(s > heard for s in sweeps), timeout=30, message="a sweep after the clusters were heard")
     finally:
         stop.set()
         watcher.join(timeout=5)

@@ -23,10 +23,11 @@ from global_scheduler.routing_pass import PassItem, RoutingWorker, decide_pass
 from global_scheduler.scheduler import GlobalScheduler
 from global_scheduler.settings import GlobalSchedulerSettings
 from meridian.bus import open_bus
+from meridian.envtest import wait_for
 from meridian.routing_domain import WorkloadFeatures
 from protos import global_api_pb2 as api
 from protos import telemetry_pb2 as tpb
-from tests.global_api_helpers import AUTH, spec, wait_for, wait_state
+from tests.global_api_helpers import AUTH, spec, wait_state
 
 GIB = 2**30
 
@@ -136,7 +137,7 @@ def test_killed_worker_loses_nothing_and_is_replaced(federation, monkeypatch: py
 
     clock.offset_s += 3600.0  # the back-off is over: the next pass starts a new worker
     after = submit([f"c{i}" for i in range(3)])
-    wait_for(lambda: engine.worker.pid not in (None, first_pid), what="a new routing worker")
+    wait_for(lambda: engine.worker.pid not in (None, first_pid), message="a new routing worker")
     assert engine.worker.restarts == 1 and engine.routed_by[engine.worker.pid] >= 1
     # Every workload ran once, on its first attempt: nothing was lost or dispatched twice.
     ids = before + during + after

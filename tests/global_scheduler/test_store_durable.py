@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -19,6 +20,7 @@ from global_scheduler.settings import GlobalSchedulerSettings
 from global_scheduler.store import WORKLOADS_KEY, WorkloadStore
 from global_scheduler.validation import parse_requests
 from meridian.bus import SUMMARY_STREAM, BusUnavailableError, events_stream, open_bus
+from meridian.envtest import wait_for
 from protos import dispatch_pb2 as dpb
 from protos import global_api_pb2 as api
 from protos import global_api_pb2_grpc as api_grpc
@@ -99,7 +101,10 @@ def test_submit_while_redis_is_down_keeps_nothing(redis_server) -> None:
         running.stop(0.2)
 
 
-def test_terminal_workloads_are_purged_after_retention(redis_url: str, key_prefix: str) -> None:
+def test_terminal_workloads_are_purged_after_retention(redis_url: str, key_prefix: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1_000.0]  # the store's clock (its records' stamps), injected: no waiting for the real one
+    monkeypatch.setattr("global_scheduler.store.time", SimpleNamespace(time=lambda: clock[0]))
     bus = open_bus(redis_url, key_prefix=key_prefix)
     store = WorkloadStore(bus)
     req = parse_requests(spec().requests)
@@ -108,9 +113,8 @@ def test_terminal_workloads_are_purged_after_retention(redis_url: str, key_prefi
     fresh_cancelled, _ = store.create(spec(name="c"), req, "kc")
     store.update(old_failed.id, state=api.WORKLOAD_STATE_FAILED)
     store.update(running.id, state=api.WORKLOAD_STATE_RUNNING)
-    cutoff = store.get(old_failed.id).updated_unix_s + 0.005
-    while time.time() <= cutoff:  # the next change must be stamped after the cutoff, however coarse the clock
-        time.sleep(0.001)
+    cutoff = 1_500.0
+    clock[0] = 2_000.0
     store.update(fresh_cancelled.id, state=api.WORKLOAD_STATE_CANCELLED)  # changed after the cutoff
     store.flush()
     assert store.purge(cutoff) == 1
@@ -136,8 +140,10 @@ def test_events_a_dead_instance_read_but_never_acked_are_claimed(redis_url: str,
     bus.publish(stream, dpb.PlacementEvent(workload_id=w.id, attempt=1, cluster="c1",
                                            phase=dpb.PLACEMENT_PHASE_RUNNING).SerializeToString())
     assert len(bus.read_group(stream, EVENTS_GROUP, "global-dead", count=10)) == 1  # read, never acked
+    # claim_idle_ms far beyond the test: only the new engine's first look (everything pending is a
+    # predecessor's) can take the entry, not a periodic claim of entries idle long enough.
     settings = GlobalSchedulerSettings(api={"listen": "127.0.0.1:0"},
-                                       bus={"url": redis_url, "key_prefix": key_prefix, "claim_idle_ms": 100},
+                                       bus={"url": redis_url, "key_prefix": key_prefix, "claim_idle_ms": 3_600_000},
                                        # c1 sends one summary: under load the engine's start-up alone can
                                        # outlast a normal timeout and c1 would be judged down (not this test)
                                        registry={"cluster_timeout_s": 600.0},
@@ -145,12 +151,11 @@ def test_events_a_dead_instance_read_but_never_acked_are_claimed(redis_url: str,
     engine = GlobalScheduler(settings=settings, bus=open_bus(redis_url, key_prefix=key_prefix))
     running = build_server(engine)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and (engine.store.get(w.id).state != api.WORKLOAD_STATE_RUNNING
-                                               or bus.pending(stream, EVENTS_GROUP)):
-            time.sleep(0.05)
-        assert engine.store.get(w.id).state == api.WORKLOAD_STATE_RUNNING
-        assert bus.pending(stream, EVENTS_GROUP) == 0
+        wait_for(lambda: engine.store.get(w.id).state == api.WORKLOAD_STATE_RUNNING,
+                 timeout=60, interval=0.05,
+                 message="the claimed RUNNING event to be applied")
+        wait_for(lambda: bus.pending(stream, EVENTS_GROUP) == 0, timeout=60, interval=0.05,
+                 message="the claimed event to be acknowledged")
     finally:
         running.stop(0.2)
 

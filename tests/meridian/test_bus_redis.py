@@ -8,6 +8,7 @@ import pytest
 
 from meridian.bus import BusUnavailableError, RedisStreamBus, open_bus
 from meridian.bus.memory import InProcessStreamBus
+from meridian.envtest import wait_for
 
 
 @pytest.mark.parametrize(
@@ -53,7 +54,6 @@ def test_password_and_database_from_the_url(tmp_path: Path) -> None:
     import shutil
     import socket
     import subprocess
-    import time
 
     import redis
 
@@ -68,15 +68,14 @@ def test_password_and_database_from_the_url(tmp_path: Path) -> None:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"redis://:s3cret@127.0.0.1:{port}/2"
-        deadline = time.monotonic() + 10
-        while True:
+
+        def answers() -> bool:
             try:
-                redis.Redis.from_url(url, socket_timeout=0.5).ping()
-                break
+                return bool(redis.Redis.from_url(url, socket_timeout=0.5).ping())
             except redis.exceptions.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+                return False
+
+        wait_for(answers, timeout=10, interval=0.05, message=f"redis-server on port {port}")
         bus = RedisStreamBus(url)
         bus.publish_many("s", [b"a", b"b"])
         assert [e.payload for e in bus.read_group("s", "g", "c", count=10)] == [b"a", b"b"]
@@ -88,3 +87,41 @@ def test_password_and_database_from_the_url(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def test_a_consumer_looping_on_blocking_reads_does_not_starve_another_threads_acks(redis_url: str,
+                                                                                  key_prefix: str) -> None:
+    """One bus, two threads: one loops on blocking reads of an empty stream (the engine's summary loop), the
+    other reads without blocking and acknowledges (its events loop). Each of the latter's calls waits for at
+    most the read in progress, not for however many more the looping thread gets in first (it did: seconds
+    on a loaded machine, which a test then waited out)."""
+    import threading
+
+    bus = RedisStreamBus(redis_url, key_prefix=key_prefix)
+    bus.ensure_group("quiet", "g")
+    bus.ensure_group("busy", "g")
+    reads = [0]
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            bus.read_group("quiet", "g", "blocking", count=10, block_ms=100)
+            reads[0] += 1
+
+    looper = threading.Thread(target=loop, daemon=True)
+    looper.start()
+    try:
+        wait_for(lambda: reads[0] >= 2, message="the looping thread's first blocking reads")
+        overtaken = []
+        for i in range(20):
+            bus.publish("busy", b"x%d" % i)
+            before = reads[0]
+            entries = bus.read_group("busy", "g", "other", count=10)
+            assert bus.ack("busy", "g", [e.entry_id for e in entries]) == 1
+            # Two calls, each behind at most the read in progress (one more may be counted late).
+            overtaken.append(reads[0] - before)
+        assert max(overtaken) <= 4, overtaken
+    finally:
+        stop.set()
+        looper.join(timeout=10)
+        bus.close()

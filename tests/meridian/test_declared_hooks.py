@@ -21,7 +21,7 @@ PACKAGES = ("regional_scheduler", "global_scheduler", "gnn", "meridian")
 HOOK_CALLERS = (
     "regional_scheduler/framework.py",
     "regional_scheduler/bench_placement.py",
-    "regional_scheduler/learned/serving.py",
+    "regional_scheduler/policies/learned.py",
     "regional_scheduler/learned/imitation.py",
     "regional_scheduler/autoscaling/online.py",
     "regional_scheduler/autoscaling/shadow.py",
@@ -88,8 +88,8 @@ def _declares(obj: object, hook: str, protocol: type) -> bool:
 
 def test_placement_policies_declare_their_hooks() -> None:
     from regional_scheduler.framework import Scheduler
-    from regional_scheduler.learned.serving import LearnedPolicy, ShadowPolicy
     from regional_scheduler.policies import base
+    from regional_scheduler.policies.learned import LearnedPolicy, ShadowPolicy
     from regional_scheduler.policies.registry import BASELINES, get_policy
 
     hooks = {"prepare": base.WorkloadAware, "observe_unschedulable": base.ObservesUnschedulable,
@@ -118,10 +118,10 @@ def test_routing_policies_declare_their_hooks() -> None:
 
 def test_autoscaling_policies_declare_their_hooks() -> None:
     from regional_scheduler.autoscaling.policies.base import FollowsContext
-    from regional_scheduler.autoscaling.policies.registry import REGISTRY, build_policy
+    from regional_scheduler.autoscaling.policies.registry import REGISTRY, get_policy
     from regional_scheduler.autoscaling.shadow import ShadowRunner
 
-    policies = [build_policy(name) for name in REGISTRY]
+    policies = [get_policy(name) for name in REGISTRY]
     policies.append(ShadowRunner(policies[0], policies[1]))
     for policy in policies:
         assert _declares(policy, "update_context", FollowsContext), type(policy).__name__

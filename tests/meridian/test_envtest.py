@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kube_helpers import bind_pod, pending_pod, ready_nodes, wait_for
+from kube_helpers import bind_pod, pending_pod, ready_nodes
 from kubernetes.client import ApiClient, AppsV1Api, AuthenticationV1Api, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from meridian import envtest
-from meridian.envtest import AssetsNotFoundError, ControlPlane, ControlPlaneError, ensure_assets
+from meridian.envtest import AssetsNotFoundError, ControlPlane, ControlPlaneError, ensure_assets, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_SCHEDULER = "meridian-test-nobody"  # a schedulerName nothing serves: pods stay Pending anywhere

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from meridian.bus import InProcessStreamBus, RedisStreamBus, telemetry_stream
+from meridian.envtest import wait_for
 from meridian.fleet import SimulatedFleet
 from node_agent.agent import NodeAgent, NodeReporter, SimulatedReporter
 from node_agent.collectors.carbon import CarbonCollector
@@ -142,9 +143,8 @@ def test_agent_rides_out_a_redis_restart(redis_server) -> None:
     stop = threading.Event()
     worker = threading.Thread(target=agent.run, args=(stop,), daemon=True)
     worker.start()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and (publisher.buffer or publisher.published_total < 20):
-        time.sleep(0.05)
+    wait_for(lambda: not publisher.buffer and publisher.published_total >= 20, timeout=30, interval=0.05,
+             message="the agent to deliver its buffer and its next reports")
     stop.set()
     worker.join(timeout=10)
     delivered = [pb.NodeTelemetry.FromString(e.payload) for e in bus.read_range(STREAM)]

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from meridian.bus import SUMMARY_STREAM, dead_letter_stream, dispatch_stream, events_stream, open_bus
+from meridian.envtest import wait_for
 from meridian.model import GIB, Node, Resources
 from protos import dispatch_pb2 as dpb
 from protos import telemetry_pb2 as tpb
@@ -23,7 +24,7 @@ from regional_scheduler.policies.base import Scores
 def worker(redis_url: str, key_prefix: str) -> DispatchWorker:
     nodes = [Node(name=f"n{i}", capacity=Resources(milli_cpu="16", memory_bytes=64 * GIB, gpu=2)) for i in range(2)]
     w = DispatchWorker(bus=open_bus(redis_url, key_prefix=key_prefix), state=simulated_cluster(nodes),
-                       settings=DispatchWorkerSettings(cluster="c1", region="eu-north", block_ms=10))
+                       settings=DispatchWorkerSettings(cluster="c1", region="eu-north", bus={"block_ms": 10}))
     w.bus.ensure_group(w.stream, "regional-dispatch")
     return w
 
@@ -162,13 +163,11 @@ def test_events_whose_publish_failed_are_sent_on_redelivery(redis_url: str, key_
     """The placement is applied, then publishing its events fails (Redis restarting): the entry stays
     pending, and its redelivery must send the events instead of treating the entry as a duplicate
     (which left the workload DISPATCHED forever while the cluster held it)."""
-    import time
-
     from meridian.bus import BusUnavailableError
 
     nodes = [Node(name=f"n{i}", capacity=Resources(milli_cpu="16", memory_bytes=64 * GIB)) for i in range(2)]
     w = DispatchWorker(bus=open_bus(redis_url, key_prefix=key_prefix), state=simulated_cluster(nodes),
-                       settings=DispatchWorkerSettings(cluster="c1", block_ms=10, claim_idle_ms=1000))
+                       settings=DispatchWorkerSettings(cluster="c1", bus={"block_ms": 10, "claim_idle_ms": 1000}))
     w.bus.ensure_group(w.stream, "regional-dispatch")
     w.bus.publish(dispatch_stream("c1"), place("w1"))
     real_publish = w.bus.publish_many
@@ -182,8 +181,9 @@ def test_events_whose_publish_failed_are_sent_on_redelivery(redis_url: str, key_
     assert events(w) == [] and w.bus.pending(dispatch_stream("c1"), "regional-dispatch") == 1
     assert int(w.state.req_milli_cpu.sum()) == 16000  # applied before the publish failed
     monkeypatch.setattr(w.bus, "publish_many", real_publish)
-    time.sleep(1.1)  # the entry is idle long enough to be claimed again
-    w.poll_once()
+    # Polled until the entry has been idle for claim_idle_ms (Redis's clock) and is claimed again.
+    wait_for(lambda: w.poll_once() and events(w), timeout=30, interval=0.05,
+             message="the unacknowledged entry to be claimed again and its events published")
     assert [e.phase for e in events(w)] == [dpb.PLACEMENT_PHASE_SCHEDULED, dpb.PLACEMENT_PHASE_RUNNING]
     assert w.bus.pending(dispatch_stream("c1"), "regional-dispatch") == 0
     assert int(w.state.req_milli_cpu.sum()) == 16000  # placed once
@@ -210,7 +210,7 @@ def test_a_repeated_place_restates_the_current_phase_once(redis_url: str, key_pr
                                                           restated: tuple[int, int] | None) -> None:
     nodes = [Node(name=f"n{i}", capacity=Resources(milli_cpu="16", memory_bytes=64 * GIB)) for i in range(2)]
     w = DispatchWorker(bus=open_bus(redis_url, key_prefix=key_prefix), state=simulated_cluster(nodes),
-                       settings=DispatchWorkerSettings(cluster="c1", block_ms=10, start_delay_s=start_delay_s))
+                       settings=DispatchWorkerSettings(cluster="c1", bus={"block_ms": 10}, start_delay_s=start_delay_s))
     w.bus.ensure_group(w.stream, "regional-dispatch")
     w.bus.publish(dispatch_stream("c1"), place("w1", replicas=replicas, cpu=cpu))
     w.poll_once()
@@ -273,8 +273,10 @@ def test_redis_unreachable_at_start_is_one_line_and_exit_2(verbose: bool) -> Non
 @pytest.mark.parametrize(("args", "env", "expected"), [
     pytest.param(["--cluster", ""], {}, "error: setting cluster='' is not valid: String should have at least 1 "
                  "character", id="empty-cluster-flag"),
+    pytest.param([], {"MERIDIAN_DISPATCH_BUS__BATCH": "many"}, "error: MERIDIAN_DISPATCH_BUS__BATCH='many' is not "
+                 "valid", id="setting-of-the-wrong-type"),
     pytest.param([], {"MERIDIAN_DISPATCH_BATCH": "many"}, "error: MERIDIAN_DISPATCH_BATCH='many' is not valid",
-                 id="setting-of-the-wrong-type"),
+                 id="flat-spelling-of-the-wrong-type"),
     pytest.param(["--node-offset", "100000"], {}, "error: --node-offset 100000 is past the last of the", id="offset"),
 ])
 def test_other_mistakes_at_start_are_one_line(args: list[str], env: dict[str, str], expected: str) -> None:

@@ -17,12 +17,12 @@ import pytest
 import yaml
 from kubernetes import client
 
-from meridian.envtest import ControlPlane
+from meridian.envtest import ControlPlane, wait_for
 from regional_scheduler import kube_objects as ko
 from regional_scheduler.extender import ExtenderServer
 from regional_scheduler.kube_scheduler import KubernetesScheduler, KubeSchedulerSettings, api_client_from
 from regional_scheduler.service import RegionalScheduler
-from tests.kube_helpers import ready_nodes, wait_for
+from tests.kube_helpers import ready_nodes
 
 pytestmark = pytest.mark.kubernetes
 

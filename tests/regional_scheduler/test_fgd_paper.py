@@ -32,12 +32,12 @@ def default_input():
 
 @pytest.fixture(scope="module")
 def fgd_42(default_input) -> RunResult:
-    return run_one(default_input, "fgd", 42)
+    return run_one(default_input, "fgd", 42, paper=True)
 
 
 @pytest.mark.parametrize("policy", ["fgd", "best-fit"])
 def test_gpu_allocation_matches_paper_seed_42(default_input, fgd_42, policy: str) -> None:
-    result = fgd_42 if policy == "fgd" else run_one(default_input, policy, 42)
+    result = fgd_42 if policy == "fgd" else run_one(default_input, policy, 42, paper=True)
     row = paper_row(policy)
     for pct in (90, 100, 130):
         ours = result.curve[pct]["gpu_alloc_pct"]
@@ -45,8 +45,8 @@ def test_gpu_allocation_matches_paper_seed_42(default_input, fgd_42, policy: str
 
 
 def test_fgd_beats_best_fit_as_in_the_paper(default_input) -> None:
-    fgd = run_one(default_input, "fgd", 43).curve[100]["gpu_alloc_pct"]
-    best_fit = run_one(default_input, "best-fit", 43).curve[100]["gpu_alloc_pct"]
+    fgd = run_one(default_input, "fgd", 43, paper=True).curve[100]["gpu_alloc_pct"]
+    best_fit = run_one(default_input, "best-fit", 43, paper=True).curve[100]["gpu_alloc_pct"]
     assert fgd > best_fit + 1.0
 
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from meridian.envtest import wait_for
 from regional_scheduler.informer import Informer
-from tests.kube_helpers import wait_for
 
 
 class Recorder:
@@ -116,7 +116,10 @@ def test_watches_that_end_are_resumed_without_losing_events(kube_api: client.Api
         for i in range(6):
             core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": f"cm{i}"}})
             wait_for(lambda i=i: ("ADDED", f"cm{i}") in recorder.events, timeout=10, message=f"cm{i} seen")
-            stop.wait(0.4)  # spread the creations over several watch requests
+            if i in (1, 3):  # the creations spread over several watch requests: one ends and is resumed
+                resumed = informer.resumes
+                wait_for(lambda resumed=resumed: informer.resumes > resumed, timeout=30,
+                         message="the watch to end and be resumed")
         assert informer.resumes >= 1 and informer.relists == 1
         # each exactly once, in order: a resumed watch neither misses nor repeats an event
         ours = [e for e in recorder.events if e[1].startswith("cm")]

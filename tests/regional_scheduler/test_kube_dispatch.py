@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 
 from meridian.bus import StreamBus, dispatch_stream, events_stream
-from meridian.envtest import ControlPlane, free_port
+from meridian.envtest import ControlPlane, free_port, wait_for
 from protos import dispatch_pb2 as dpb
 from regional_scheduler.kube_dispatch import (
     ATTEMPT_LABEL,
@@ -29,7 +29,7 @@ from regional_scheduler.kube_dispatch import (
 )
 from regional_scheduler.kube_scheduler import KubernetesScheduler, KubeSchedulerSettings, api_client_from
 from regional_scheduler.service import RegionalScheduler
-from tests.kube_helpers import NodeSpec, ready_nodes, wait_for
+from tests.kube_helpers import NodeSpec, ready_nodes
 
 pytestmark = pytest.mark.kubernetes
 CLUSTER = "member-a"
@@ -120,7 +120,7 @@ def live_pods(api: client.ApiClient, ns: str, wid: str) -> list[Any]:
     return client.CoreV1Api(api).list_namespaced_pod(ns, label_selector=f"{WORKLOAD_LABEL}={wid}").items
 
 
-def worker_for(bus: StreamBus, kube_api: client.ApiClient, ns: str, **overrides: Any) -> KubeDispatchWorker:
+def worker_for(bus: StreamBus, kube_api: client.ApiClient, ns: str, /, **overrides: Any) -> KubeDispatchWorker:
     settings = KubeDispatchSettings(namespace=ns, termination_grace_period_s=0, status_interval_s=0.2, **overrides)
     bus.ensure_group(dispatch_stream(CLUSTER), GROUP, start_id="0")
     return KubeDispatchWorker(bus=bus, api=kube_api, cluster=CLUSTER, settings=settings)
@@ -259,7 +259,7 @@ def test_an_api_server_that_does_not_answer_loses_no_dispatch(
         dead.poll_once(block_ms=1)  # tried again, still there
     # A worker of a restarted regional scheduler, the API server answering: it claims the entry the silent
     # one read and never acknowledged (XAUTOCLAIM), applies it, then acknowledges it.
-    back = worker_for(bus, kube_api, kube_namespace, claim_idle_ms=1000)
+    back = worker_for(bus, kube_api, kube_namespace, bus={"claim_idle_ms": 1000})
     wait_for(lambda: back.poll_once(block_ms=50) == 1, timeout=30)
     assert bus.pending(dispatch_stream(CLUSTER), GROUP) == 0
     assert len(objects(kube_api, kube_namespace, wid)) == 1

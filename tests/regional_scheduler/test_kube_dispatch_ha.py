@@ -17,10 +17,10 @@ import pytest
 from kubernetes import client
 
 from meridian.bus import StreamBus, dispatch_stream
-from meridian.envtest import ControlPlane
+from meridian.envtest import ControlPlane, wait_for
 from protos import dispatch_pb2 as dpb
 from regional_scheduler.kube_dispatch import GROUP, MANAGED_BY, MANAGED_BY_LABEL, WORKLOAD_LABEL
-from tests.kube_helpers import NodeSpec, ready_nodes, wait_for
+from tests.kube_helpers import NodeSpec, ready_nodes
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.slow]
 CLUSTER = "member-ha"

@@ -25,13 +25,13 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from meridian import quantity
-from meridian.envtest import ControlPlane
+from meridian.envtest import ControlPlane, wait_for
 from regional_scheduler import kube_objects as ko
 from regional_scheduler.binders.base import BindConflictError, BindRequest, PodGoneError
 from regional_scheduler.binders.kubernetes import KubernetesBinder
 from regional_scheduler.kube_scheduler import KubernetesScheduler, KubeSchedulerSettings, api_client_from
 from regional_scheduler.service import RegionalScheduler
-from tests.kube_helpers import ready_nodes, wait_for
+from tests.kube_helpers import ready_nodes
 
 pytestmark = pytest.mark.kubernetes
 
@@ -173,7 +173,7 @@ def test_an_unschedulable_pod_is_retried_when_a_node_is_added_not_in_a_loop(
     with ready_nodes(kube_api, small), running_scheduler(scheduler_kubeconfig):
         core.create_namespaced_pod(kube_namespace, pod_body("big", cpu="6"))
         wait_for(lambda: failed_scheduling(core, kube_namespace).get("big"), timeout=20, message="FailedScheduling")
-        time.sleep(3.0)  # a busy loop would post an event per attempt meanwhile
+        time.sleep(3.0)  # the window itself is tested: a busy loop would post an event per attempt in it
         assert len(failed_scheduling(core, kube_namespace)["big"]) <= 2
         big = [{"name": f"big-{kube_namespace[-6:]}", "capacity": {"cpu": "8", "memory": "16Gi"}}]
         with ready_nodes(kube_api, big) as (names, _):
@@ -316,7 +316,7 @@ def test_node_telemetry_joins_the_api_servers_allocation_in_one_state_and_summar
         bus = RedisStreamBus(redis_url, key_prefix=key_prefix)
         telemetry = RegionalTelemetry(
             settings=TelemetryConsumerSettings(cluster="east", bus_url=redis_url, key_prefix=key_prefix,
-                                               block_ms=100),
+                                               bus={"block_ms": 100}),
             summary=SummarySettings(region="eu-north", interval_s=0.1), bus=bus, scheduler=runner.service).start()
         try:
             core.create_namespaced_pod(kube_namespace, pod_body("web", cpu="3"))
@@ -362,8 +362,9 @@ def test_an_api_server_that_stops_answering_loses_no_pod_and_overcommits_nothing
             wait_for(lambda: sum(1 for p in pods_of(core, kube_namespace) if p.spec.node_name) >= 10, timeout=30,
                      message="part of the backlog bound")
             os.kill(apiserver.pid, signal.SIGSTOP)
-            try:
-                time.sleep(5.0)  # longer than the bindings' request timeout
+            try:  # frozen until bindings in flight have failed (their 2 s request timeout), however long that takes
+                wait_for(lambda: runner.errors_total >= 1, timeout=60, interval=0.1,
+                         message="a binding to fail against the frozen API server")
             finally:
                 os.kill(apiserver.pid, signal.SIGCONT)
             wait_for(lambda: all(p.spec.node_name for p in pods_of(core, kube_namespace)), timeout=90,

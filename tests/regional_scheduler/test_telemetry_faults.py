@@ -14,13 +14,12 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
-from collections.abc import Callable
 
 import numpy as np
 import redis
 
 from meridian.bus import RedisStreamBus, telemetry_stream
+from meridian.envtest import wait_for
 from meridian.fleet import SimulatedFleet
 from meridian.telemetry import TelemetryBatch
 from node_agent.agent import NodeAgent, SimulatedReporter
@@ -30,15 +29,6 @@ from regional_scheduler.telemetry_state import TelemetryConsumer, TelemetryConsu
 CLUSTER = "faulty"
 STREAM = telemetry_stream(CLUSTER)
 DEADLINE_S = 60.0
-
-
-def wait_for(condition: Callable[[], bool], what: str, deadline_s: float = DEADLINE_S) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Audit:
@@ -63,7 +53,7 @@ DOOMED_CONSUMER = textwrap.dedent("""
     batch, _ = decode_reports(entries, cluster="faulty")
     TelemetryState(cluster="faulty").apply(batch)      # applied in its own memory, never acknowledged
     print("APPLIED", len(entries), flush=True)
-    time.sleep(3600)
+    time.sleep(3600)  # the fault: alive, holding its batch unacknowledged, until the test kills it (SIGKILL)
 """)
 
 
@@ -88,13 +78,15 @@ def test_killed_consumer_is_taken_over_and_every_report_applied_once(redis_serve
     claim_after_ms = 200
     raw = redis.Redis.from_url(redis_server.url)
     wait_for(lambda: all(p["time_since_delivered"] >= claim_after_ms
-                         for p in raw.xpending_range(STREAM, "regional", "-", "+", 200)), "entries to go idle")
+                         for p in raw.xpending_range(STREAM, "regional", "-", "+", 200)),
+             timeout=DEADLINE_S, message="entries to go idle")
     audit = Audit()
-    settings = TelemetryConsumerSettings(cluster=CLUSTER, consumer="survivor", block_ms=0, batch_count=1000,
-                                         claim_min_idle_ms=claim_after_ms, claim_interval_s=0.0)
+    settings = TelemetryConsumerSettings(cluster=CLUSTER, consumer="survivor", claim_interval_s=0.0,
+                                         bus={"block_ms": 0, "batch": 1000, "claim_idle_ms": claim_after_ms})
     state = TelemetryState(cluster=CLUSTER)
     survivor = TelemetryConsumer(bus=bus, state=state, settings=settings, on_applied=audit)
-    wait_for(lambda: survivor.step() == 0 and bus.pending(STREAM, "regional") == 0, "the survivor to drain")
+    wait_for(lambda: survivor.step() == 0 and bus.pending(STREAM, "regional") == 0,
+             timeout=DEADLINE_S, message="the survivor to drain")
     assert sorted(audit.applied) == sorted(published)  # every report exactly once
     assert state.duplicate_total == 0 and state.stale_sequence_total == 0
     assert state.state.last_seq.tolist() == [4] * 50
@@ -109,7 +101,8 @@ def test_agent_and_consumer_resume_after_redis_restart(redis_server) -> None:
     publisher = ReportPublisher(bus=agent_bus, stream=STREAM, buffer_max=20 * 500, backoff_s=(0.05, 0.1))
     agent = NodeAgent(reporter=SimulatedReporter(fleet), publisher=publisher, interval_s=0.05, jitter_s=0.0)
     audit = Audit()
-    settings = TelemetryConsumerSettings(cluster=CLUSTER, consumer="c", block_ms=100, backoff_s=(0.05, 0.1, 0.2))
+    settings = TelemetryConsumerSettings(cluster=CLUSTER, consumer="c",
+                                         bus={"block_ms": 100, "backoff_s": (0.05, 0.1, 0.2)})
     state = TelemetryState(cluster=CLUSTER, stale_after_s=3600)
     consumer = TelemetryConsumer(bus=consumer_bus, state=state, settings=settings, on_applied=audit)
     stop = threading.Event()
@@ -118,12 +111,14 @@ def test_agent_and_consumer_resume_after_redis_restart(redis_server) -> None:
     for t in threads:
         t.start()
     try:
-        wait_for(lambda: state.applied_total >= 40, "reports before the outage")
+        wait_for(lambda: state.applied_total >= 40, timeout=DEADLINE_S, message="reports before the outage")
         redis_server.kill()
-        wait_for(lambda: publisher.failures >= 2 and len(publisher.buffer) >= 40, "the agent to buffer")
+        wait_for(lambda: publisher.failures >= 2 and len(publisher.buffer) >= 40,
+                 timeout=DEADLINE_S, message="the agent to buffer")
         made_during_outage = int(fleet.sequence.min())
         redis_server.start()
-        wait_for(lambda: bool((state.state.last_seq > made_during_outage + 2).all()), "the consumer to catch up")
+        wait_for(lambda: bool((state.state.last_seq > made_during_outage + 2).all()),
+                 timeout=DEADLINE_S, message="the consumer to catch up")
     finally:
         stop.set()
         for t in threads:
@@ -148,16 +143,18 @@ def test_malformed_and_oversized_reports_are_parked_and_the_consumer_goes_on(red
                                                 boot_id="x" * 5000).SerializeToString(),
               pb.NodeTelemetry(cluster="elsewhere", node="lost", sequence=1).SerializeToString()]
     bus.publish_many(STREAM, [good[0], poison[0], good[1], poison[1], poison[2], good[2]])
-    settings = TelemetryConsumerSettings(cluster=CLUSTER, consumer="c", block_ms=100, max_payload_bytes=4096)
+    settings = TelemetryConsumerSettings(cluster=CLUSTER, consumer="c", bus={"block_ms": 100}, max_payload_bytes=4096)
     state = TelemetryState(cluster=CLUSTER, stale_after_s=3600)
     consumer = TelemetryConsumer(bus=bus, state=state, settings=settings)
     stop = threading.Event()
     worker = threading.Thread(target=consumer.run, args=(stop,), daemon=True)
     worker.start()
     try:
-        wait_for(lambda: state.applied_total == 3 and bus.pending(STREAM, settings.group) == 0, "the good reports")
+        wait_for(lambda: state.applied_total == 3 and bus.pending(STREAM, settings.group) == 0,
+                 timeout=DEADLINE_S, message="the good reports")
         bus.publish(STREAM, pb.NodeTelemetry(cluster=CLUSTER, node="n0", sequence=2).SerializeToString())
-        wait_for(lambda: state.applied_total == 4, "a report after the poison")  # still consuming
+        wait_for(lambda: state.applied_total == 4,
+                 timeout=DEADLINE_S, message="a report after the poison")  # still consuming
     finally:
         stop.set()
         worker.join(timeout=10)
@@ -172,15 +169,17 @@ def test_node_that_stops_reporting_turns_unschedulable_after_the_timeout(redis_s
     clock = [5000.0]
     bus = RedisStreamBus(redis_server.url)
     fleet = SimulatedFleet(cluster=CLUSTER, region="r", n_nodes=3, start_sequence=0)
-    settings = TelemetryConsumerSettings(cluster=CLUSTER, consumer="c", block_ms=0, stale_after_s=10.0)
+    settings = TelemetryConsumerSettings(cluster=CLUSTER, consumer="c", bus={"block_ms": 0}, stale_after_s=10.0)
     state = TelemetryState(cluster=CLUSTER, stale_after_s=10.0, clock=lambda: clock[0])
     consumer = TelemetryConsumer(bus=bus, state=state, settings=settings, clock=lambda: clock[0])
     bus.publish_many(STREAM, fleet.reports(clock[0]))
-    wait_for(lambda: consumer.step() == 0 and state.applied_total == 3, "the first reports")
+    wait_for(lambda: consumer.step() == 0 and state.applied_total == 3,
+             timeout=DEADLINE_S, message="the first reports")
     for t in (5006.0, 5012.0):  # nodes 0 and 1 keep reporting, node 2 fell silent at t = 5000
         clock[0] = t
         bus.publish_many(STREAM, fleet.reports(t, slice(0, 2)))
-        wait_for(lambda: consumer.step() == 0 and bus.pending(STREAM, settings.group) == 0, "the reports")
+        wait_for(lambda: consumer.step() == 0 and bus.pending(STREAM, settings.group) == 0,
+                 timeout=DEADLINE_S, message="the reports")
     schedulable = state.state.schedulable[[state.state.index[n] for n in fleet.names]].tolist()
     assert schedulable == [True, True, False]  # 12 s of silence > 10 s
     bus.close()

@@ -196,7 +196,7 @@ def bus(request: pytest.FixtureRequest, redis_url: str, key_prefix: str) -> Stre
 
 
 def test_consumer_applies_dead_letters_and_keeps_going(bus: StreamBus) -> None:
-    settings = TelemetryConsumerSettings(cluster=CLUSTER, consumer="c1", block_ms=0, max_payload_bytes=1024)
+    settings = TelemetryConsumerSettings(cluster=CLUSTER, consumer="c1", bus={"block_ms": 0}, max_payload_bytes=1024)
     ts = TelemetryState(cluster=CLUSTER, clock=lambda: 0.0)
     consumer = TelemetryConsumer(bus=bus, state=ts, settings=settings)
     stream = telemetry_stream(CLUSTER)
@@ -218,7 +218,7 @@ def test_consumer_applies_dead_letters_and_keeps_going(bus: StreamBus) -> None:
 
 def test_consumer_marks_a_silent_node_unschedulable_on_its_clock(bus: StreamBus) -> None:
     clock = [1000.0]
-    settings = TelemetryConsumerSettings(cluster=CLUSTER, consumer="c1", block_ms=0, stale_after_s=10.0)
+    settings = TelemetryConsumerSettings(cluster=CLUSTER, consumer="c1", bus={"block_ms": 0}, stale_after_s=10.0)
     ts = TelemetryState(cluster=CLUSTER, stale_after_s=settings.stale_after_s, clock=lambda: clock[0])
     consumer = TelemetryConsumer(bus=bus, state=ts, settings=settings, clock=lambda: clock[0])
     stream = telemetry_stream(CLUSTER)
@@ -253,7 +253,7 @@ def test_duplicate_and_stale_sequence_outcomes_are_exported() -> None:
 
 
 def test_invented_node_names_cannot_grow_the_state_past_its_limit(bus: StreamBus) -> None:
-    settings = TelemetryConsumerSettings(cluster=CLUSTER, consumer="c1", block_ms=0, max_nodes=3)
+    settings = TelemetryConsumerSettings(cluster=CLUSTER, consumer="c1", bus={"block_ms": 0}, max_nodes=3)
     ts = TelemetryState(cluster=CLUSTER, clock=lambda: 0.0, max_nodes=settings.max_nodes)
     consumer = TelemetryConsumer(bus=bus, state=ts, settings=settings)
     stream = telemetry_stream(CLUSTER)

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from meridian.bus import SUMMARY_STREAM, InProcessStreamBus, StreamEntry
 from meridian.cli import build_app
+from meridian.envtest import wait_for
 from meridian.metrics import seed_fragmentation_score
 from meridian.model import GIB
 from meridian.telemetry import decode_reports
@@ -105,8 +106,6 @@ def test_bench_telemetry_smoke(tmp_path: Path, redis_url: str) -> None:
 
 def test_agents_to_summary_end_to_end(redis_url: str, key_prefix: str) -> None:
     """A simulated agent → Redis → the running regional telemetry → a summary on meridian:summary."""
-    import time
-
     from meridian.bus import RedisStreamBus
     from node_agent.cli import build_agent
     from node_agent.settings import AgentSettings
@@ -117,20 +116,18 @@ def test_agents_to_summary_end_to_end(redis_url: str, key_prefix: str) -> None:
     agent_settings.simulate.nodes = 30
     agent = build_agent(agent_settings)
     regional = RegionalTelemetry(
-        settings=TelemetryConsumerSettings(cluster="e2e", bus_url=redis_url, key_prefix=key_prefix, block_ms=100),
+        settings=TelemetryConsumerSettings(cluster="e2e", bus_url=redis_url, key_prefix=key_prefix, bus={"block_ms": 100}),
         summary=SummarySettings(region="eu", interval_s=0.05)).start()
     reader = RedisStreamBus(redis_url, key_prefix=key_prefix)
     try:
         agent.tick()
-        deadline = time.monotonic() + 60
-        summary = None
-        while time.monotonic() < deadline:
+
+        def complete() -> pb.ClusterSummary | None:
             latest = reader.read_latest(SUMMARY_STREAM)
             summary = pb.ClusterSummary.FromString(latest.payload) if latest else None
-            if summary is not None and summary.nodes_total == 30 and summary.reports_applied == 30:
-                break
-            time.sleep(0.02)
-        assert summary is not None and summary.nodes_total == 30 and summary.reports_applied == 30
+            return summary if summary is not None and summary.nodes_total == summary.reports_applied == 30 else None
+
+        summary = wait_for(complete, timeout=60, interval=0.02, message="a summary of all 30 nodes' reports")
         assert (summary.cluster, summary.region) == ("e2e", "eu")
         assert summary.power_watts > 0 and summary.nodes_schedulable == 30
     finally:

@@ -1,29 +1,36 @@
-"""Policy names → constructors (no registration by import side effect). The CLI's ``--policies`` reads this."""
+"""Autoscaling policy names → constructors, in the scheme of the placement registry's docstring
+(``regional_scheduler.policies.registry``; :class:`meridian.policy_registry.PolicyRegistry`): entries
+are ``"module:build"`` strings, imported on first construction. The CLI's ``--policies`` reads this.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from regional_scheduler.autoscaling.policies import (
-    forecast_policy,
-    hpa_policy,
-    learned_policy,
-    quantile_policy,
-)
-from regional_scheduler.autoscaling.policies.base import AutoscalingPolicy
+from meridian.policy_registry import PolicyRegistry, UnknownPolicyError
 
-REGISTRY: dict[str, Callable[[], AutoscalingPolicy]] = {
-    hpa_policy.NAME: hpa_policy.build,
-    forecast_policy.NAME: forecast_policy.build,
-    forecast_policy.BURST_NAME: forecast_policy.build_burst,
-    learned_policy.NAME: learned_policy.build,
-    quantile_policy.NAME: quantile_policy.build,
-    quantile_policy.BUDGET_NAME: quantile_policy.build_budget,
-}
+if TYPE_CHECKING:
+    from regional_scheduler.autoscaling.policies.base import AutoscalingPolicy
+
+__all__ = ["BASELINES", "REGISTRY", "UnknownPolicyError", "get_policy", "names"]
+
+REGISTRY = PolicyRegistry("autoscaling", {
+    "hpa": "regional_scheduler.autoscaling.policies.hpa_policy:build",
+    "forecast": "regional_scheduler.autoscaling.policies.forecast_policy:build",
+    "forecast-burst": "regional_scheduler.autoscaling.policies.forecast_policy:build_burst",
+    "learned": "regional_scheduler.autoscaling.policies.learned_policy:build",  # torch and a checkpoint
+    "quantile": "regional_scheduler.autoscaling.policies.quantile_policy:build",
+    "quantile-budget": "regional_scheduler.autoscaling.policies.quantile_policy:build_budget",
+})
+
+LEARNED = "learned"
+BASELINES: tuple[str, ...] = tuple(name for name in REGISTRY if name != LEARNED)
 
 
-def build_policy(name: str) -> AutoscalingPolicy:
-    try:
-        return REGISTRY[name]()
-    except KeyError:
-        raise KeyError(f"unknown autoscaling policy {name!r}; known: {sorted(REGISTRY)}") from None
+def names() -> list[str]:
+    return REGISTRY.names()
+
+
+def get_policy(name: str, **kwargs: Any) -> AutoscalingPolicy:
+    policy: AutoscalingPolicy = REGISTRY.get(name, **kwargs)
+    return policy

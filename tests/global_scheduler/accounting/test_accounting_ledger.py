@@ -24,6 +24,7 @@ from global_scheduler.accounting.ledger import LedgerError, RedisLedger
 from global_scheduler.accounting.report import ReportQuery, build_report
 from meridian.bus import open_bus
 from meridian.bus.streams import SUMMARY_STREAM
+from meridian.envtest import wait_for
 from protos import energy_pb2, telemetry_pb2
 
 T0_S = (int(time.time()) // 3600 - 24) * 3600  # a day ago, on an hour: inside the retention
@@ -101,12 +102,13 @@ def test_consumer_dead_before_apply_loses_nothing(client, redis_url, key_prefix)
     publish_records(bus, records)
     publish_records(bus, records[:5])           # a producer retry: same record ids again
     bus.publish(ENERGY_STREAM, b"\x08\xff\xff")  # garbage
-    dead = AccountingConsumer(bus=bus, ledger=ledger, consumer="dead", batch=20)
+    dead = AccountingConsumer(bus=bus, ledger=ledger, consumer="dead", settings={"batch": 20})
     taken = bus.read_group(ENERGY_STREAM, ACCOUNTING_GROUP, "dead", count=20)  # read, then "crash"
     assert len(taken) == 20
     # and one that applied without acknowledging (killed between the two steps)
     dead.ledger.apply(energy_pb2.EnergyRecord.FromString(taken[0].payload))
-    survivor = AccountingConsumer(bus=bus, ledger=ledger, consumer="survivor", batch=50, claim_idle_ms=0)
+    survivor = AccountingConsumer(bus=bus, ledger=ledger, consumer="survivor",
+                                  settings={"batch": 50, "claim_idle_ms": 0})
     totals = [0, 0, 0]
     for _ in range(10):
         stats = survivor.poll_once(block=False)
@@ -126,15 +128,6 @@ def _spawn(redis_url: str, key_prefix: str, name: str, throttle_s: float) -> sub
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ | {"PYTHONUNBUFFERED": "1"})
 
 
-def _wait(predicate, timeout_s: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_killed_consumer_process_restarts_without_loss_or_double_count(redis_server):
     """SIGKILL a consumer process mid-run, start another: totals equal the records sent, exactly."""
     url, prefix = redis_server.url, "kill:"
@@ -143,17 +136,19 @@ def test_killed_consumer_process_restarts_without_loss_or_double_count(redis_ser
     records = _records(300)
     publish_records(bus, records)
     ledger = RedisLedger(client, prefix=f"{prefix}meridian:")
-    first = _spawn(url, prefix, "first", throttle_s=0.005)
+    # Throttled (300 records take the first consumer at least 6 s) so that the kill lands mid-run.
+    first = _spawn(url, prefix, "first", throttle_s=0.02)
     applied = lambda: sum(client.scard(k) for k in client.scan_iter(f"{prefix}meridian:energy:applied:*"))  # noqa: E731
     try:
-        assert _wait(lambda: applied() >= 50), "the first consumer applied nothing"
+        wait_for(lambda: applied() >= 50, timeout=60, interval=0.01, message="the first consumer to apply 50 records")
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=10)
     assert applied() < len(records), "the kill came too late to test anything"
     second = _spawn(url, prefix, "second", throttle_s=0.0)
     try:
-        assert _wait(lambda: applied() == len(records) and bus.pending(ENERGY_STREAM, ACCOUNTING_GROUP) == 0)
+        wait_for(lambda: applied() == len(records) and bus.pending(ENERGY_STREAM, ACCOUNTING_GROUP) == 0, timeout=60,
+                 message="the second consumer to apply every record and acknowledge it")
     finally:
         second.terminate()
         second.wait(timeout=10)
@@ -223,12 +218,13 @@ def test_summary_accountant_restart_mid_stream(client, redis_url, key_prefix):
             payloads.append(summary.SerializeToString())
         bus.publish_many(SUMMARY_STREAM, payloads)
     prices = lambda region, t_s: 100.0 if region == "r1" else 50.0  # noqa: E731
-    first = SummaryAccountant(bus=bus, ledger=ledger, consumer="first", price_per_mwh=prices, batch=7)
+    first = SummaryAccountant(bus=bus, ledger=ledger, consumer="first", price_per_mwh=prices,
+                              settings={"batch": 7})
     first.poll_once(block=False)
     first.poll_once(block=False)
     bus.read_group(SUMMARY_STREAM, first.group, "first", count=7)  # taken, then the process dies
-    second = SummaryAccountant(bus=bus, ledger=ledger, consumer="second", price_per_mwh=prices, batch=16,
-                               claim_idle_ms=0)
+    second = SummaryAccountant(bus=bus, ledger=ledger, consumer="second", price_per_mwh=prices,
+                               settings={"batch": 16, "claim_idle_ms": 0})
     while second.poll_once(block=False).seen:
         pass
     assert bus.pending(SUMMARY_STREAM, second.group) == 0

@@ -28,7 +28,7 @@ from kubernetes.client import ApiClient, AppsV1Api
 
 from regional_scheduler.autoscaling.k8s_driver import ScaleSubresourceDriver
 from regional_scheduler.autoscaling.online import OnlineAutoscaler
-from regional_scheduler.autoscaling.policies.registry import REGISTRY, build_policy
+from regional_scheduler.autoscaling.policies.registry import REGISTRY, get_policy
 from regional_scheduler.autoscaling.prometheus_source import PrometheusQueries, PrometheusSource
 from regional_scheduler.autoscaling.serving import PrometheusMetrics, ServingLoop
 
@@ -130,7 +130,7 @@ def serving_loop(policy: str, api: ApiClient, namespace: str, url: str, world: C
             world.follow_rate(rate_rpm[0], spec_replicas(api, namespace))
         return False
 
-    online = OnlineAutoscaler(build_policy(policy), capacity_per_replica_rpm=CAPACITY_RPM)
+    online = OnlineAutoscaler(get_policy(policy), capacity_per_replica_rpm=CAPACITY_RPM)
     driver = ScaleSubresourceDriver(AppsV1Api(api), name="web", namespace=namespace)
     return ServingLoop(online, PrometheusMetrics(PrometheusSource(url, QUERIES)), driver=driver, wait=wait)
 

@@ -15,7 +15,7 @@ from regional_scheduler.autoscaling.calibration import fit_quantile_policy
 from regional_scheduler.autoscaling.online import OnlineAutoscaler, ServiceSample
 from regional_scheduler.autoscaling.policies.hpa_policy import HpaPolicy
 from regional_scheduler.autoscaling.policies.quantile_policy import BUDGET_NAME, QuantilePolicy, shifted_tau
-from regional_scheduler.autoscaling.policies.registry import build_policy
+from regional_scheduler.autoscaling.policies.registry import get_policy
 from regional_scheduler.autoscaling.quantile_forecaster import TAUS
 from regional_scheduler.autoscaling.replica_budget import ReplicaBudget, ShadowHpa
 from regional_scheduler.autoscaling.scenario import Scenario, build_scenario
@@ -129,7 +129,7 @@ def test_budget_policy_spends_unused_budget_on_held_out_days(scenario: Scenario)
 
 
 def test_serving_loop_keeps_the_shadow_advancing_after_history_is_trimmed() -> None:
-    policy = build_policy(BUDGET_NAME)
+    policy = get_policy(BUDGET_NAME)
     assert isinstance(policy, QuantilePolicy) and policy.budget is not None
     online = OnlineAutoscaler(policy, capacity_per_replica_rpm=10.0, history_days=1)
     minutes = 1440 + 120
@@ -148,12 +148,12 @@ def test_served_budget_policy_reads_its_budget_from_the_environment(monkeypatch:
     """deploy/autoscaler.yaml sets MERIDIAN_AUTOSCALER_BUDGET__RATIO; the CLI builds policies by name."""
     monkeypatch.setenv("MERIDIAN_AUTOSCALER_BUDGET__RATIO", "1.0")
     monkeypatch.setenv("MERIDIAN_AUTOSCALER_BUDGET__MAX_LEVELS", "2")
-    policy = build_policy(BUDGET_NAME)
+    policy = get_policy(BUDGET_NAME)
     assert isinstance(policy, QuantilePolicy) and policy.budget is not None
     assert policy.budget.settings == BudgetSettings(ratio=1.0, max_levels=2)
     monkeypatch.delenv("MERIDIAN_AUTOSCALER_BUDGET__RATIO")
     monkeypatch.delenv("MERIDIAN_AUTOSCALER_BUDGET__MAX_LEVELS")
-    default = build_policy(BUDGET_NAME)
+    default = get_policy(BUDGET_NAME)
     assert isinstance(default, QuantilePolicy) and default.budget is not None
     assert default.budget.settings.ratio == 1.03
 

@@ -9,7 +9,8 @@ from meridian.model import Pod, Resources
 from regional_scheduler.framework import Scheduler
 from regional_scheduler.learned.explain import explain
 from regional_scheduler.learned.features import NODE_FEATURES
-from regional_scheduler.learned.serving import LearnedPolicy, LearnedScorer, ServingSettings
+from regional_scheduler.learned.serving import LearnedScorer, ServingSettings
+from regional_scheduler.policies.learned import LearnedPolicy
 
 
 def test_explanation_matches_the_decision(untrained_nets, small_gpu_cluster, small_workload) -> None:
@@ -40,7 +41,7 @@ def test_no_feasible_node_is_explained_by_the_filter(untrained_nets, small_gpu_c
     assert result.rejected_by["NodeResourcesFit"] == len(small_gpu_cluster)
 
 
-def test_explain_replay_does_not_depend_on_machine_load(tmp_path, monkeypatch) -> None:
+def test_explain_does_not_depend_on_machine_load(tmp_path, monkeypatch) -> None:
     # Every decision made to look 10 ms slow (a loaded machine): the replay of the earlier pods must
     # still be the model's, so the explained state and choice are the same as on a quiet machine.
     import json
@@ -48,7 +49,7 @@ def test_explain_replay_does_not_depend_on_machine_load(tmp_path, monkeypatch) -
     from typer.testing import CliRunner
 
     from meridian.cli import build_app
-    from regional_scheduler.learned import serving
+    from regional_scheduler.policies import learned as learned_plugin
 
     def run(name: str) -> dict:
         out = tmp_path / f"{name}.json"
@@ -59,7 +60,7 @@ def test_explain_replay_does_not_depend_on_machine_load(tmp_path, monkeypatch) -
 
     quiet = run("quiet")
     clock = iter(range(10**9))
-    monkeypatch.setattr(serving.time, "perf_counter", lambda: next(clock) * 0.010)
+    monkeypatch.setattr(learned_plugin.time, "perf_counter", lambda: next(clock) * 0.010)
     loaded = run("loaded")
     assert loaded["chosen"] == quiet["chosen"]
     assert [n["node"] for n in loaded["nodes"]] == [n["node"] for n in quiet["nodes"]]

@@ -18,13 +18,9 @@ from regional_scheduler.learned.checkpoint import load_checkpoint, save_checkpoi
 from regional_scheduler.learned.explain import explain
 from regional_scheduler.learned.features import constrained_share
 from regional_scheduler.learned.policy import PlacementNet
-from regional_scheduler.learned.serving import (
-    DEFAULT_CHECKPOINT,
-    LearnedPolicy,
-    LearnedScorer,
-    ServingSettings,
-)
+from regional_scheduler.learned.serving import DEFAULT_CHECKPOINT, LearnedScorer, ServingSettings
 from regional_scheduler.policies.fgd import FgdPolicy
+from regional_scheduler.policies.learned import LearnedPolicy
 
 NODES = openb.load_nodes()[:200]
 N_PODS = 500

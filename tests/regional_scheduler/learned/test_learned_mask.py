@@ -13,7 +13,8 @@ from regional_scheduler.filters import run_filters
 from regional_scheduler.framework import Scheduler
 from regional_scheduler.learned.env import Episode, PlacementEnv
 from regional_scheduler.learned.policy import PlacementNet
-from regional_scheduler.learned.serving import LearnedPolicy, LearnedScorer
+from regional_scheduler.learned.serving import LearnedScorer
+from regional_scheduler.policies.learned import LearnedPolicy
 
 MODELS = ("T4", "P100", "V100M16")
 

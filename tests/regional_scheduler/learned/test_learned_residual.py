@@ -25,8 +25,9 @@ from regional_scheduler.learned.policy import (
     PlacementNet,
     residual_logits,
 )
-from regional_scheduler.learned.serving import LearnedPolicy, LearnedScorer, ServingSettings
+from regional_scheduler.learned.serving import LearnedScorer, ServingSettings
 from regional_scheduler.policies.fgd import FgdPolicy
+from regional_scheduler.policies.learned import LearnedPolicy
 from tests.placement_helpers import decide_each
 
 
@@ -378,7 +379,7 @@ def test_unused_nodes_features_skipped_scores_unchanged(openb_slice) -> None:
                       bound=0.95)
     net.gate_unused = True
     state = ClusterState.from_nodes(nodes)
-    scorer = LearnedScorer({"gpu": net}, replays=False)
+    scorer = LearnedScorer({"gpu": net})
     scorer.prepare(state, workload)
     fast = scorer.fast["gpu"]
     mixed = 0

@@ -20,14 +20,9 @@ from regional_scheduler.learned.checkpoint import (
 )
 from regional_scheduler.learned.features import FEATURE_LAYOUT, N_NODE, N_POD, FeatureBuilder
 from regional_scheduler.learned.numpy_policy import NumpyPlacementNet
-from regional_scheduler.learned.serving import (
-    FALLBACKS,
-    LearnedPolicy,
-    LearnedScorer,
-    ServingSettings,
-    ShadowPolicy,
-)
+from regional_scheduler.learned.serving import LearnedScorer, ServingSettings
 from regional_scheduler.policies.fgd import FgdPolicy
+from regional_scheduler.policies.learned import FALLBACKS, LearnedPolicy, ShadowPolicy
 from tests.placement_helpers import decide_each
 
 

@@ -22,8 +22,8 @@ def _node(name: str, milli_cpu: int, gpu_free_milli: tuple[int, ...] = ()) -> No
 def _scores_and_choice(nodes: list[Node], requests: Resources) -> tuple[list[float], str]:
     state = ClusterState.from_nodes(nodes)
     pod = Pod(name="p", requests=requests)
-    scores = best_fit.new().score(state, pod, np.arange(len(nodes))).scores.tolist()
-    decision = Scheduler(best_fit.new()).schedule(state, pod)
+    scores = best_fit.build().score(state, pod, np.arange(len(nodes))).scores.tolist()
+    decision = Scheduler(best_fit.build()).schedule(state, pod)
     assert decision.node is not None
     return scores, state.names[decision.node]
 

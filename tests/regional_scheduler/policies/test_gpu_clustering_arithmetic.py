@@ -26,7 +26,7 @@ def _cluster(gpus_per_node: list[int], placed: list[list[Resources]]) -> Cluster
 
 
 def _score(state: ClusterState, pod: Pod) -> list[float]:
-    return gpu_clustering.new().score(state, pod, np.arange(state.n_nodes)).scores.tolist()
+    return gpu_clustering.build().score(state, pod, np.arange(state.n_nodes)).scores.tolist()
 
 
 SHARE_300 = Resources(milli_cpu=1000, gpu_milli=300)
@@ -42,7 +42,7 @@ def test_shared_pod_goes_where_only_shared_pods_are() -> None:
     # n2 shared and 1-GPU:        free 2700 → 25 · 5300 // 8000 = 16 (16.56),  band 2 → 16 + 50 = 66
     # n3 2-GPU only (other class): free 2000 → 25 · 6000 // 8000 = 18 (18.75), band 0 → 18
     assert _score(state, pod) == [37, 88, 66, 18]
-    assert Scheduler(gpu_clustering.new()).schedule(state, pod).node == 1
+    assert Scheduler(gpu_clustering.build()).schedule(state, pod).node == 1
 
 
 def test_within_a_band_the_fuller_node_wins() -> None:
@@ -52,7 +52,7 @@ def test_within_a_band_the_fuller_node_wins() -> None:
     # n1 two 1-GPU pods on 4: free 2000 → 25 · 6000 // 8000 = 18,         band 3 → 93
     # n2 idle 8-GPU node:     free 8000 → 0, band 1 → 25 — exactly 25, not inside the module's "(25, 50]"
     assert _score(state, pod) == [78, 93, 25]
-    assert Scheduler(gpu_clustering.new()).schedule(state, pod).node == 1
+    assert Scheduler(gpu_clustering.build()).schedule(state, pod).node == 1
 
 
 def test_clustering_tie_goes_to_first_node_in_order() -> None:
@@ -62,7 +62,7 @@ def test_clustering_tie_goes_to_first_node_in_order() -> None:
     # n0: free 3800 → 25 · 4200 // 8000 = 13 (13.125) → 88; n1: free 3700 → 25 · 4300 // 8000 = 13 (13.44) → 88.
     # Equal after integer division: n0 wins by node order although n1 has less GPU left.
     assert _score(state, pod) == [88, 88]
-    assert Scheduler(gpu_clustering.new()).schedule(state, pod).node == 0
+    assert Scheduler(gpu_clustering.build()).schedule(state, pod).node == 0
 
 
 def test_cpu_only_pod_scores_zero() -> None:

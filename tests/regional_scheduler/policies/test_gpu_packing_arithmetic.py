@@ -22,7 +22,7 @@ def _node(name: str, gpu_free_milli: tuple[int, ...] = (), milli_cpu: int = 3200
 
 
 def _score(state: ClusterState, pod: Pod) -> list[float]:
-    return gpu_packing.new().score(state, pod, np.arange(state.n_nodes)).scores.tolist()
+    return gpu_packing.build().score(state, pod, np.arange(state.n_nodes)).scores.tolist()
 
 
 def test_whole_gpu_pod_prefers_a_partly_used_node_to_idle_ones() -> None:
@@ -33,7 +33,7 @@ def test_whole_gpu_pod_prefers_a_partly_used_node_to_idle_ones() -> None:
     # used4: rule 2 (one GPU in use, 3 idle ≥ 2), max(50 − 2, 33) = 48
     # idle2: rule 3, max(33 − 2, 2) = 31 — of idle nodes, the one with fewer GPUs scores higher
     assert _score(state, pod) == [25, 48, 31]
-    decision = Scheduler(gpu_packing.new()).schedule(state, pod)
+    decision = Scheduler(gpu_packing.build()).schedule(state, pod)
     assert state.names[decision.node] == "used4"
     assert decision.placement.devices == (1, 2)  # the lowest-index idle devices
 
@@ -53,7 +53,7 @@ def test_shared_gpu_pod_fills_the_tightest_partly_used_gpu() -> None:
     # loose:      900 → 90 // 10 = 9 → 100 − 9 = 91
     # too-small:  200 < 300 does not fit, the other GPU is idle → rule 2, 49
     assert _score(state, pod) == [29, 49, 96, 91, 49]
-    decision = Scheduler(gpu_packing.new()).schedule(state, pod)
+    decision = Scheduler(gpu_packing.build()).schedule(state, pod)
     assert state.names[decision.node] == "tight"
     assert decision.placement.devices == (1,)  # the state's tightest-fit device, 400 free
 
@@ -74,7 +74,7 @@ def test_packing_tie_goes_to_first_node_in_order() -> None:
     state = ClusterState.from_nodes([_node("first", (450,)), _node("second", (400,))])
     pod = Pod(name="p", requests=Resources(milli_cpu=1000, gpu_milli=100))
     assert _score(state, pod) == [96, 96]
-    assert state.names[Scheduler(gpu_packing.new()).schedule(state, pod).node] == "first"
+    assert state.names[Scheduler(gpu_packing.build()).schedule(state, pod).node] == "first"
 
 
 def test_cpu_only_pod_scores_zero_and_goes_to_the_first_feasible_node() -> None:
@@ -82,4 +82,4 @@ def test_cpu_only_pod_scores_zero_and_goes_to_the_first_feasible_node() -> None:
     pod = Pod(name="p", requests=Resources(milli_cpu=2000))
     assert _score(state, pod) == [0, 0, 0]
     # "small" has only 1000m and is filtered out; of the rest, all score 0 and the first in order wins.
-    assert state.names[Scheduler(gpu_packing.new()).schedule(state, pod).node] == "gpu"
+    assert state.names[Scheduler(gpu_packing.build()).schedule(state, pod).node] == "gpu"

@@ -1,18 +1,21 @@
-"""Replay selection: before the correction serves a prepared workload, check on replays of that
-workload that it places more than FGD alone; otherwise FGD places every pod.
+"""Question: does replaying the target workload before a run tell when the learned correction beats FGD?
 
-A learned correction that beats FGD on average can still lose on a particular workload (without
-replays, behind FGD on 3 of 9 held-out openb lists, by 0.015–0.19 points). The scheduler knows its target
-workload once prepared, and it has a simulator: so it replays the workload ``replays`` times on a
-copy of the cluster — pods drawn at random from the workload until their GPU request reaches the
+Needs the future: the replays draw pods from the list of pods still to come (the benchmark's target
+workload), which no live scheduler has, so it is an experiment and not a serving path. It was the
+learned policy's serving rule for the paper protocol until that protocol stopped handing policies
+more than the workload's distribution; it stays here to compare against.
+
+A learned correction that beats FGD on average can still lose on a particular workload. Given the
+target workload and a simulator, :class:`ReplaySelectedPolicy` replays the workload ``replays`` times
+on a copy of the cluster — pods drawn at random from the workload until their GPU request reaches the
 cluster's free GPU capacity (CPU on a CPU-only cluster), the same draws for both — once with FGD and
-once with the correction, and keeps the correction only if it placed more GPU (CPU) on average.
+once with the correction, and serves the correction only if it placed more GPU (CPU) on average;
+otherwise FGD places every pod.
 
 The draws use fixed seeds (:data:`REPLAY_SEED`), so the choice is a function of the workload and the
-cluster, and it is memoised on them: a benchmark that prepares ten seeds of one pod list pays for
-the replays once. A live scheduler is never prepared and never replays (its gate follows FGD's
-window instead). Cost on the 1,213-node openb cluster: one replay is one FGD and one corrected run to
-100 % of the GPU capacity, a few seconds, paid in ``prepare``, never in a decision.
+cluster, and it is memoised on them: ten seeds of one pod list pay for the replays once. Cost on the
+1,213-node openb cluster: one replay is one FGD and one corrected run to 100 % of the GPU capacity, a
+few seconds, paid in ``prepare``.
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ import numpy as np
 from meridian.cluster_state import ClusterState
 from meridian.model import MILLI_GPU_PER_DEVICE, Pod
 from regional_scheduler.framework import Scheduler
-from regional_scheduler.policies.base import ScorePolicy
+from regional_scheduler.learned.serving import LearnedScorer
+from regional_scheduler.policies.base import ScorePolicy, Scores, WorkloadAware
 from regional_scheduler.policies.fgd import FgdPolicy
+from regional_scheduler.policies.learned import LearnedPolicy
 
 # Far from every benchmark's inflation seeds (openb 42–51, validation 5,000+ and 9,000+).
 REPLAY_SEED = 7_000_000
@@ -134,4 +139,56 @@ def _digest(key_extra: bytes, state: ClusterState, workload: Sequence[Pod], repl
         h.update(name.encode())
         h.update(np.ascontiguousarray(value).tobytes() if isinstance(value, np.ndarray) else repr(value).encode())
     h.update(repr([p.model_dump(exclude={"name", "creation_time_s", "deletion_time_s"}) for p in workload]).encode())
+    return h.digest()
+
+
+class ReplaySelectedPolicy(WorkloadAware):
+    """``learned``, served only where ``replays`` replays of the prepared workload show it placing more
+    than FGD; FGD otherwise. Unprepared (a live scheduler), it is the learned policy unchanged."""
+
+    def __init__(self, learned: LearnedPolicy, replays: int) -> None:
+        if replays < 1:
+            raise ValueError(f"replays must be >= 1, got {replays}")
+        self.learned = learned
+        self.replays = replays
+        self.name = f"{learned.name}+replays{replays}"
+        self.replay: ReplayResult | None = None
+        self._fgd = FgdPolicy()
+
+    def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
+        self.learned.prepare(state, workload)
+        self._fgd.prepare(state, workload)
+        scorer = self.learned.scorer
+        self.replay = None
+        if scorer is None or scorer.gated:
+            return
+        nets = scorer.nets
+        self.replay = memoised_replay(_net_digest(scorer), lambda: LearnedScorer(nets), state, workload,
+                                      self.replays)
+
+    @property
+    def left_to_fgd(self) -> bool:
+        return self.replay is not None and not self.replay.keeps_correction
+
+    def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> Scores:
+        # Both see every pod, so the one not deciding keeps its window and caches current.
+        fgd = self._fgd.score(state, pod, nodes)
+        learned = self.learned.score(state, pod, nodes)
+        return fgd if self.left_to_fgd else learned
+
+    def observe_unschedulable(self, state: ClusterState, pod: Pod) -> None:
+        self.learned.observe_unschedulable(state, pod)
+        self._fgd.observe_unschedulable(state, pod)
+
+    def run_counts(self) -> dict[str, float]:
+        counts = self.learned.run_counts()
+        counts["replays_chose_fgd"] = float(self.left_to_fgd)
+        return counts
+
+
+def _net_digest(scorer: LearnedScorer) -> bytes:
+    h = hashlib.blake2b(scorer.profile.encode(), digest_size=20)
+    h.update(repr(scorer.net.hyper_parameters()).encode())
+    for value in scorer.net.state_dict().values():
+        h.update(value.detach().numpy().tobytes())
     return h.digest()
