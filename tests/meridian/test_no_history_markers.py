@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MARKER = re.compile(r"§0[a-z]|\b[Ss]ession[ -][0-9]+|bench-out/s[0-9]+-|\b[Ee]ntry [0-9]+\b")
+MARKER = re.compile(r"§0[a-z]|\b[Ss]ession[ -][0-9]+|bench-out/(?:[A-Za-z0-9_.]+-)*s[0-9]+[-.]|\b[Ee]ntry [0-9]+\b")
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".proto"}
 SKIPPED = {".venv", ".git", "history", "meridian.egg-info", "bench-out", "__pycache__"}
 
@@ -32,7 +32,8 @@ def test_no_numbered_history_marker_outside_docs_history() -> None:
 
 def test_the_pattern_finds_the_markers_it_is_meant_to() -> None:
     for line in ("chosen by the rule of bench-learned §0k", "(a hyper-parameter, entry 4)",
-                 "session 9's runs", "the session-5 split", "--json bench-out/s9-online.json"):
+                 "session 9's runs", "the session-5 split", "--json bench-out/s9-online.json",
+                 "bench-out/routing-s5-samework.json", "bench-out/api-quiet-s2.json"):
         assert MARKER.search(line), line
     for line in ("FGD paper, §3–4", "the traces README §5b", "an entry point", "bench-out/online-default.json"):
         assert not MARKER.search(line), line
