@@ -51,6 +51,9 @@ from global_scheduler.validation import (
 )
 from meridian.bus import BusError, BusUnavailableError
 from meridian.errors import check_listen
+from meridian.model_registry.grpc_service import SERVICE_NAME as MODEL_SERVICE_NAME
+from meridian.model_registry.grpc_service import add_model_service
+from meridian.model_registry.registry import ModelRegistry, open_registry
 from protos import global_api_pb2 as api
 from protos import global_api_pb2_grpc as api_grpc
 
@@ -216,12 +219,15 @@ class RunningServer:
     health_server: grpc.Server | None = None
     health_port: int | None = None  # the health-only server's port (api.health_listen), if any
     replica: Replica | None = None  # high availability (ha.enabled): elects, and swaps engines per term
+    model_registry: ModelRegistry | None = None  # behind ModelService (models.serve with a Redis bus)
 
     def stop(self, grace_s: float = 1.0) -> None:
         self.health.enter_graceful_shutdown()
         self.server.stop(grace_s).wait(grace_s + 1)
         if self.health_server is not None:
             self.health_server.stop(0).wait(1)
+        if self.model_registry is not None:
+            self.model_registry.close()
         if self.replica is not None:
             self.replica.close()  # stops routing, then hands the lock over
         else:
@@ -268,6 +274,10 @@ def build_server(engine: GlobalScheduler | None, settings: GlobalSchedulerSettin
     else:
         api_grpc.add_GlobalSchedulerServicer_to_server(GlobalSchedulerServicer(engine), server)
     names = [SERVICE_NAME]
+    model_registry = model_registry_for(settings)
+    if model_registry is not None:
+        add_model_service(server, model_registry)
+        names.append(MODEL_SERVICE_NAME)
     for hook in extra_services:
         names.append(hook(server))
     health_servicer = health.HealthServicer()
@@ -302,7 +312,17 @@ def build_server(engine: GlobalScheduler | None, settings: GlobalSchedulerSettin
     log.info("global scheduler API on port %d (%s, auth %s)%s", port, "TLS" if api_cfg.tls_cert_file else "plaintext",
              "on" if interceptor else "off", f"; health also on port {health_port}" if health_port else "")
     return RunningServer(server, port, engine, health_servicer, interceptor, streams, undecodable,
-                         health_server, health_port, replica)
+                         health_server, health_port, replica, model_registry)
+
+
+def model_registry_for(settings: GlobalSchedulerSettings) -> ModelRegistry | None:
+    """The model registry ModelService serves: on the bus's Redis under its key prefix (where `meridian models`
+    and the tiers find it), or None when ``models.serve`` is off or the bus is in-process (no Redis to hold it).
+    Nothing connects here: a Redis that is down makes each call UNAVAILABLE, never the API's start."""
+    if not settings.models.serve or settings.bus.url.startswith("memory:"):
+        return None
+    return open_registry(settings.bus.url, artifacts_dir=settings.models.artifacts,
+                         key_prefix=settings.bus.key_prefix)
 
 
 def _health_only_server(listen: str, servicer: health.HealthServicer) -> tuple[grpc.Server, int]:

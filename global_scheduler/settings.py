@@ -237,6 +237,18 @@ class HaSettings(BaseModel):
         return self
 
 
+class ModelsSettings(BaseModel):
+    """The model registry (meridian/model_registry, docs/model-lifecycle.md) served to operators on the API port."""
+
+    serve: bool = Field(True, description="Serve ModelService (list, show, promote and roll back model versions; "
+                        "the same as `meridian models`) on the API port, behind the API's tokens and TLS, when the "
+                        "bus is Redis: the registry lives on the bus's Redis under bus.key_prefix, so any replica "
+                        "answers (no leader forwarding). Off, or with a memory:// bus: not served.")
+    artifacts: Path = Field(Path("~/.local/share/meridian/models"), description="The registry's artifact store "
+                            "(content-addressed checkpoints; `meridian models`' --artifacts default). ModelService "
+                            "reads and changes metadata only, so the global scheduler never writes here.")
+
+
 class GlobalSchedulerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MERIDIAN_GLOBAL_", env_nested_delimiter="__")
 
@@ -247,3 +259,4 @@ class GlobalSchedulerSettings(BaseSettings):
     reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
     ha: HaSettings = Field(default_factory=HaSettings)
+    models: ModelsSettings = Field(default_factory=ModelsSettings)

@@ -11,7 +11,9 @@ the regional user can consume ``meridian:dispatch:<cluster>`` but not append to 
 ``~`` (read and write), ``%R~`` (read only) or ``%W~`` (write only: ``XADD`` needs no read access, so
 an agent cannot read other nodes' reports).
 
-The patterns come from the names the code uses: :mod:`meridian.bus.streams` for the streams, and the
+The patterns come from the names the code uses: :mod:`meridian.bus.streams` for the streams,
+:mod:`meridian.model_registry.keys` for the model registry (each model's keys under its hash tag,
+``meridian:models:{<model>}:…``, and the transitions' stream ``meridian:models:events``), and the
 global tier's workload hash and energy ledger (:data:`WORKLOADS_KEY`, :data:`ENERGY_STREAM`,
 :data:`ENERGY_LEDGER_KEYS`, which the core cannot import; ``tests/deploy/test_redis_security.py``
 checks them against ``global_scheduler``). Every key sits under the bus's ``key_prefix``.
@@ -48,6 +50,8 @@ from meridian.bus.streams import (
     events_stream,
     telemetry_stream,
 )
+from meridian.model_registry.keys import PREFIX as MODELS_PREFIX
+from meridian.model_registry.keys import ModelKeys
 
 #: The global scheduler's durable workload records (``global_scheduler.store.WORKLOADS_KEY``).
 WORKLOADS_KEY = "meridian:workloads"
@@ -63,6 +67,24 @@ CONSUME = ("xreadgroup", "xack", "xautoclaim", "xgroup|create", "xinfo|groups", 
 #: script (EVALSHA) and what it runs (SADD … HINCRBYFLOAT), and the reports' reads (ZRANGEBYSCORE, HGETALL).
 LEDGER = ("evalsha", "hsetnx", "hget", "hgetall", "hset", "zrangebyscore", "sadd", "expire", "zadd",
           "hincrbyfloat")
+
+#: Every key of the model registry: each model's versions, active pointer, history, sequence and audit stream,
+#: and the transitions' bus stream (``meridian.model_registry.keys``).
+MODELS_KEYS = f"{MODELS_PREFIX}:*"
+#: What the registry sends (``ModelRegistry``): its reads (a model's versions, pointer, history, sequence,
+#: audit), the optimistic transaction's WATCH and writes, and the transitions' events (XADD with MAXLEN).
+#: MULTI, EXEC, DISCARD and UNWATCH name no key: they are the user's keyless commands.
+MODELS_MANAGE = ("hgetall", "hget", "get", "lrange", "xrange", "xrevrange", "watch", "hset", "set", "rpop",
+                 "rpush", "ltrim", "xadd")
+MODELS_TRANSACTION = ("multi", "exec", "discard", "unwatch")
+#: What a tier sends to load its active model (``ModelRegistry.active``): the pointer, then the version's record.
+MODELS_LOAD = ("get", "hget")
+
+
+def model_keys(model: str) -> str:
+    """The pattern of one model's keys (its hash tag, ``meridian:models:{<model>}:*``)."""
+    return ModelKeys(model).versions.rsplit(":", 1)[0] + ":*"
+
 
 Access = Literal["rw", "r", "w"]
 _KEY_RULE: dict[str, str] = {"rw": "~", "r": "%R~", "w": "%W~"}
@@ -108,21 +130,23 @@ def users(*, cluster: str = "*") -> tuple[AclUser, ...]:
                 (Grant(("xadd",), (telemetry,), "w"), Grant(("get",), (carbon,), "r"))),
         AclUser("meridian-carbon-feeder", "meridian carbon-feeder: keeps meridian:carbon:<zone> current",
                 (Grant(("set",), (carbon,), "w"),)),
-        AclUser("meridian-regional", "regional scheduler (telemetry consumer, summary publisher) and dispatch "
-                "worker: consumes its cluster's telemetry and dispatch streams, appends events, summaries and "
-                "dead letters",
+        AclUser("meridian-regional", "regional scheduler (telemetry consumer, summary publisher), dispatch "
+                "worker and autoscaler: consumes its cluster's telemetry and dispatch streams, appends events, "
+                "summaries and dead letters, reads the active placement and autoscaling models",
                 (Grant(CONSUME, (telemetry, dispatch)),
                  Grant(("xadd",), (events, SUMMARY_STREAM, dead_letter_stream(telemetry),
-                                   dead_letter_stream(dispatch)), "w"))),
+                                   dead_letter_stream(dispatch)), "w"),
+                 Grant(MODELS_LOAD, (model_keys("placement"), model_keys("autoscaling")), "r"))),
         AclUser("meridian-global", "global scheduler (API, router, dispatch, workload store, in-process energy "
-                "accounting): consumes summaries and events, appends dispatch orders, keeps the workload hash "
-                "and the energy ledger",
+                "accounting, the model registry's ModelService): consumes summaries and events, appends dispatch "
+                "orders, keeps the workload hash, the energy ledger and the model registry",
                 (Grant(CONSUME, (SUMMARY_STREAM, every_events)),
                  Grant(("xadd",), (_family(dispatch_stream, "*"), MOVES_STREAM, dead_letter_stream(SUMMARY_STREAM),
                                    dead_letter_stream(every_events)), "w"),
                  Grant(("hset", "hscan", "hdel"), (WORKLOADS_KEY,)),
+                 Grant(MODELS_MANAGE, (MODELS_KEYS,)),
                  *ledger),
-                keyless=("ping", "script|load")),
+                keyless=("ping", "script|load", *MODELS_TRANSACTION)),
         AclUser("meridian-accounting", "standalone accounting consumer (python -m "
                 "global_scheduler.accounting.consumer): consumes energy records and summaries into the ledger",
                 (Grant(CONSUME, (ENERGY_STREAM, SUMMARY_STREAM)),

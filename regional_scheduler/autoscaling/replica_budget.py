@@ -14,11 +14,16 @@ Here the reference is measured instead of predicted:
   the shadow's mean spend), at most ``max_levels``.
 
 Savings made in quiet hours are thus spent later where the forecast is uncertain (a higher quantile
-adds most where the spread is widest). A negative balance never lowers the levels below the
-calibrated ones: on the validation split, cutting below them (a multiplier down to 0.8, or levels
-down) raised violations sharply (LoRA 456 → 587 minutes) because every breach then costs a guard-rail
-scale-up, which overspends again. The budget therefore only ever spends savings; the guard rails still
-apply after the policy.
+adds most where the spread is widest). The bank's negative balance never lowers the levels: on the
+validation split, cutting below the calibrated ones on the leaky balance (a multiplier down to 0.8, or
+levels down) raised violations sharply (LoRA 456 → 587 minutes) because every breach then costs a
+guard-rail scale-up, which overspends again. An overspend of the calibrated levels themselves is pulled
+back by a separate gate instead, :class:`.budget_gate.ReplicaHoursBudgetGate` (``gate``): fed the same
+observed minutes (the policy's replicas and the shadow's), it counts a debt only when the spend over a
+sliding week exceeds ``ratio`` × the shadow's, and only after a day, and turns it into steps *down* the
+quantile grid (``levels_down``) that the policy subtracts from the bank's steps up. A policy within its
+budget is therefore never cut; one that overspends is held to it (docs/drift-and-gates.md). The guard
+rails still apply after the policy.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from regional_scheduler.autoscaling.budget_gate import BudgetGateSettings, ReplicaHoursBudgetGate
 from regional_scheduler.autoscaling.policies.base import PolicyContext
 from regional_scheduler.autoscaling.policies.hpa_policy import HpaPolicy
 from regional_scheduler.autoscaling.settings import BudgetSettings
@@ -76,6 +82,7 @@ class ReplicaBudget:
     shadow_minutes: float = 0.0  # leaky total of the shadow's replica-minutes
     own_minutes: float = 0.0  # the same for the policy
     minutes: float = 0.0  # leaky count of the minutes in those totals
+    gate: ReplicaHoursBudgetGate = field(default_factory=ReplicaHoursBudgetGate, repr=False)
     _own_sum: float = 0.0
     _own_count: int = 0
     _last_observed: int = 0
@@ -87,6 +94,7 @@ class ReplicaBudget:
         self.shadow = None
         self.balance = self.shadow_minutes = self.own_minutes = self.minutes = 0.0
         self._own_sum, self._own_count = 0.0, 0
+        self.gate = ReplicaHoursBudgetGate(BudgetGateSettings(ratio=self.settings.ratio))
 
     def update_context(self, context: PolicyContext) -> None:
         """Serving: the shadow HPA follows the service's current bounds, keeping its memory."""
@@ -144,6 +152,7 @@ class ReplicaBudget:
                 self.shadow_minutes = leak * self.shadow_minutes + shadow
                 self.own_minutes = leak * self.own_minutes + own
                 self.minutes = leak * self.minutes + 1.0
+                self.gate.record(own, shadow)
             self._own_sum, self._own_count = 0.0, 0
             self._last_observed = observation.observed_minutes
             self._last_minute_s = observation.time_s

@@ -24,6 +24,8 @@ from meridian.cli import build_app
 
 REPO = Path(__file__).resolve().parents[2]
 CLOSED_REDIS = "redis://127.0.0.1:1"  # port 1: nothing listens, the connection is refused at once
+#: A model registry nobody writes (the local Redis, a key prefix of its own): every read finds nothing.
+EMPTY_REGISTRY = "test-everyday-errors-empty-registry:"
 LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO) ")
 
 
@@ -98,6 +100,16 @@ def the_error_line(done: subprocess.CompletedProcess[str]) -> str:
         pytest.param(["ls", "--api", "127.0.0.1:{closed}"], {},
                      ["nothing answers at 127.0.0.1:{closed}", "meridian global-scheduler",
                       "--api or $MERIDIAN_API"], id="api-unreachable"),
+        pytest.param(["models", "--redis", CLOSED_REDIS, "ls"], {},
+                     ["Redis at redis://127.0.0.1:1 is unreachable", "Connection refused",
+                      "--redis (MERIDIAN_MODELS_REDIS_URL)"], id="models-redis-unreachable"),
+        pytest.param(["models", "ls", "--model", "scheduler"], {},
+                     ["unknown model 'scheduler'", "use placement, routing or autoscaling"], id="models-unknown-model"),
+        pytest.param(["models", "--key-prefix", EMPTY_REGISTRY, "show", "placement-v9"], {},
+                     ["unknown model version 'placement-v9'", "`meridian models ls`"], id="models-unknown-version"),
+        pytest.param(["models", "--key-prefix", EMPTY_REGISTRY, "rollback", "placement", "--why", "regressed"], {},
+                     ["placement has no active version to roll back", "an earlier active version"],
+                     id="models-nothing-to-roll-back"),
     ],
 )
 def test_an_everyday_mistake_is_one_line(args: list[str], env: dict[str, str], expected: list[str],

@@ -12,9 +12,11 @@ from __future__ import annotations
 import ssl
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import redis
 
 from meridian.bus import (
     SUMMARY_STREAM,
@@ -36,6 +38,9 @@ from meridian.bus import (
 from meridian.bus.acl import ENERGY_STREAM, WORKLOADS_KEY, acl_rules, users
 from meridian.bus.connection import endpoint_from_url
 from meridian.bus.resp import RespSocket
+from meridian.model_registry.artifacts import FilesystemArtifactStore
+from meridian.model_registry.registry import ModelRegistry
+from meridian.model_registry.versions import MODEL_NAMES, DataWindow
 from tests.redis_helpers import AclRedis, Pki, make_pki
 
 pytestmark = pytest.mark.faults  # part of the hardening suite: pytest -m faults
@@ -395,3 +400,70 @@ def test_an_unreadable_tls_file_fails_at_start(tmp_path: Path) -> None:
 def test_dead_letters_of_a_stream_are_where_the_acl_expects_them() -> None:
     """The regional and global users may append to ``<stream>:dead`` of what they consume."""
     assert dead_letter_stream(telemetry_stream("c")) == "meridian:telemetry:c:dead"
+
+
+# ------------------------------------------------------------------ the model registry (meridian:models:*)
+
+
+class _AnyJson:
+    """A stand-in checkpoint validator (the tiers' own are tested beside each tier)."""
+
+    def validate(self, path: Path) -> dict[str, object]:
+        return {"layout": Path(path).read_text()}
+
+
+def _acl_registry(acl_redis: AclRedis, user: str, artifacts: Path) -> ModelRegistry:
+    """The product's registry as ``user``: its Redis client and its bus (for transition events)."""
+    client = redis.Redis.from_url(acl_redis.url(user), decode_responses=True, socket_timeout=5)
+    return ModelRegistry(client, FilesystemArtifactStore(artifacts), bus=acl_redis.bus(user),
+                         validators=dict.fromkeys(MODEL_NAMES, _AnyJson()), url=acl_redis.url())
+
+
+def test_the_global_user_manages_the_model_registry(acl_redis: AclRedis, tmp_path: Path) -> None:
+    """Everything ModelService and ``meridian models`` do, as the global scheduler's user: register, promote
+    through to active (a transaction that retires the old one), roll back, read versions and the audit."""
+    with acl_redis.admin() as admin:
+        admin.acl_log_reset()
+    registry = _acl_registry(acl_redis, "meridian-global", tmp_path / "artifacts")  # this module's own Redis
+    window = DataWindow(start=datetime(2026, 11, 1, tzinfo=UTC), end=datetime(2026, 11, 8, tzinfo=UTC),
+                        digest="ef" * 32)
+    try:
+        ids = []
+        for n in range(2):
+            checkpoint = tmp_path / f"ckpt-{n}.json"
+            checkpoint.write_text(f"layout-{n}")
+            ids.append(registry.register("placement", checkpoint, data_window=window, train_command="train",
+                                         who="alice").version_id)
+            for state in ("shadow", "canary", "active"):
+                registry.promote(ids[-1], state, who="bob", why=state, evidence={"n": n})
+        assert registry.rollback("placement", who="bob", why="regressed").version.version_id == ids[0]
+        assert [v.state.value for v in registry.versions("placement")] == ["active", "retired"]
+        assert len(registry.audit("placement", count=3)) == 3 and registry.lineage(ids[1])
+    finally:
+        registry.close()
+    assert acl_redis.denials() == []
+
+
+def test_the_regional_user_loads_the_active_model_and_changes_nothing(acl_redis: AclRedis, tmp_path: Path) -> None:
+    """Regional schedulers and autoscalers read their own models' active version; they cannot promote, roll
+    back or read the router's keys."""
+    artifacts = tmp_path / "artifacts"
+    manager = _acl_registry(acl_redis, "meridian-global", artifacts)
+    checkpoint = tmp_path / "ckpt.json"
+    checkpoint.write_text(f"layout-{uuid.uuid4().hex}")
+    window = DataWindow(start=datetime(2026, 11, 1, tzinfo=UTC), end=datetime(2026, 11, 8, tzinfo=UTC),
+                        digest="ef" * 32)
+    version = manager.register("autoscaling", checkpoint, data_window=window, train_command="train", who="alice")
+    for state in ("shadow", "canary", "active"):
+        manager.promote(version.version_id, state, who="bob", why=state)
+    regional = _acl_registry(acl_redis, "meridian-regional", artifacts)
+    try:
+        active = regional.active("autoscaling")
+        assert active is not None and active.artifact_digest == version.artifact_digest
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            regional.promote(version.version_id, "retired", who="mallory", why="no")
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            regional.active("routing")
+    finally:
+        regional.close()
+        manager.close()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 
+from regional_scheduler.autoscaling.budget_gate import shifted_tau_signed
 from regional_scheduler.autoscaling.policies.base import GuardedPolicy, PolicyContext
 from regional_scheduler.autoscaling.quantile_forecaster import (
     QuantileForecast,
@@ -48,10 +49,9 @@ REFIT_EVERY_MINUTES = 1440
 
 
 def shifted_tau(grid: tuple[float, ...], tau: float, levels: int) -> float:
-    """``tau`` moved ``levels`` steps up the forecaster's quantile ``grid`` (capped at its top)."""
-    if levels <= 0:
-        return tau
-    return grid[min(grid.index(tau) + levels, len(grid) - 1)]
+    """``tau`` moved ``levels`` steps along the forecaster's quantile ``grid``: up for the bank's savings,
+    down for the budget gate's debt (clamped to the grid's ends)."""
+    return shifted_tau_signed(grid, tau, levels)
 
 
 class QuantilePolicy(GuardedPolicy):
@@ -124,7 +124,7 @@ class QuantilePolicy(GuardedPolicy):
             return current
         lag = max(0, observation.minute - last)
         model = self.model
-        # The budget's banked savings raise both quantiles (0 levels without a budget).
+        # The budget's banked savings raise both quantiles and its debt lowers them (0 levels without a budget).
         tau, tau_down = (shifted_tau(model.taus, t, self.levels) for t in (self.tau, self.tau_down))
         up_load = model.quantile(last, lag + 1, tau)
         now_load = observation.load_replicas if lag == 0 else model.quantile(last, lag, tau)
@@ -137,7 +137,8 @@ class QuantilePolicy(GuardedPolicy):
 
     def decide(self, observation: Observation) -> int:
         if self.budget is not None:
-            self.levels = self.budget.observe(observation)
+            # Net levels: the bank's steps up less the budget gate's steps down (ReplicaBudget.gate).
+            self.levels = self.budget.observe(observation) - self.budget.gate.levels_down
         return self.guard(self.propose(observation), observation)
 
 

@@ -1,5 +1,6 @@
-"""The online replica-hours budget: its shadow HPA is the HPA, its bank spends savings only, and the
-``quantile-budget`` policy uses it in the benchmark's and the serving loop's code paths."""
+"""The online replica-hours budget: its shadow HPA is the HPA, its bank spends savings only, its gate
+repays an overspend after a day, and the ``quantile-budget`` policy uses both in the benchmark's and the
+serving loop's code paths."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from regional_scheduler.autoscaling.online import OnlineAutoscaler, ServiceSampl
 from regional_scheduler.autoscaling.policies.hpa_policy import HpaPolicy
 from regional_scheduler.autoscaling.policies.quantile_policy import BUDGET_NAME, QuantilePolicy, shifted_tau
 from regional_scheduler.autoscaling.policies.registry import get_policy
-from regional_scheduler.autoscaling.quantile_forecaster import TAUS
+from regional_scheduler.autoscaling.quantile_forecaster import TAUS, poisson_forecast
 from regional_scheduler.autoscaling.replica_budget import ReplicaBudget, ShadowHpa
 from regional_scheduler.autoscaling.scenario import Scenario, build_scenario
 from regional_scheduler.autoscaling.settings import BudgetSettings, ServiceSettings
@@ -78,12 +79,30 @@ def test_budget_banks_savings_into_levels_and_caps_them(scenario: Scenario) -> N
     assert max(levels) == 3 and levels[-1] == 3
 
 
-def test_budget_never_goes_below_the_calibrated_levels_when_overspent(scenario: Scenario) -> None:
+def test_overspend_lowers_the_levels_through_the_gate_only_after_a_day(scenario: Scenario) -> None:
+    """The bank never turns a negative balance into levels; the gate, fed the same minutes, counts the
+    overspend as debt and steps the policy down the grid once it has seen a day (min_minutes)."""
     budget = ReplicaBudget(BudgetSettings(ratio=1.0))
     budget.reset(scenario.context)
+    assert budget.gate.settings.ratio == 1.0  # the gate holds the bank's ratio
     levels = _feed(budget, 240, current=30, load=6.0)
     assert budget.balance < 0 and budget.spend_ratio > 2.0
-    assert set(levels) == {0}
+    assert set(levels) == {0} and budget.gate.levels_down == 0  # a first day's overspend is not pulled yet
+    assert budget.gate.debt > 0
+    levels = _feed(budget, 1440 - 240, current=30, load=6.0, from_minute=240)
+    assert set(levels) == {0}  # the bank's steps up: still none
+    assert budget.gate.levels_down == 0  # 1439 minutes observed: one short of a day
+    # The policy's next decision observes the day's last minute: ~30 replicas against the HPA's ~11 for a
+    # day is a debt far beyond max_levels_down steps, so its net levels are the bank's 0 less the gate's 6.
+    context = scenario.context  # the count model: nothing to fit (the policy's quantiles are not under test)
+    policy = QuantilePolicy(model=poisson_forecast(context.forecast.last_observed,
+                                                   context.sizing.capacity_per_replica_rpm),
+                            budget=BudgetSettings(ratio=1.0))
+    policy.reset(context)
+    policy.budget = budget
+    policy.decide(_obs(1440 * 4, 30, 6.0))
+    assert budget.gate.levels_down == budget.gate.settings.max_levels_down
+    assert policy.levels == -budget.gate.settings.max_levels_down
 
 
 def test_budget_leak_forgets_old_savings(scenario: Scenario) -> None:
@@ -97,11 +116,13 @@ def test_budget_leak_forgets_old_savings(scenario: Scenario) -> None:
     assert 0 < budget.balance < 0.05 * saved
 
 
-def test_shifted_tau_moves_up_the_grid_and_stops_at_its_top() -> None:
+def test_shifted_tau_moves_along_the_grid_and_stops_at_its_ends() -> None:
     assert shifted_tau(TAUS, 0.95, 0) == 0.95
     assert shifted_tau(TAUS, 0.95, 1) == 0.97
     assert shifted_tau(TAUS, 0.95, 2) == 0.98
     assert shifted_tau(TAUS, 0.995, 5) == TAUS[-1]
+    assert shifted_tau(TAUS, 0.95, -2) == 0.9  # the gate's debt steps down
+    assert shifted_tau(TAUS, 0.95, -len(TAUS)) == TAUS[0]
 
 
 def test_budget_policy_spends_unused_budget_on_held_out_days(scenario: Scenario) -> None:
@@ -166,3 +187,25 @@ def test_long_running_shadow_restarts_from_its_replicas_with_bounded_records(
     # Records never outgrow the restart period, and the HPA carries on where it was (settled at 11).
     assert shadow.simulator.end_minute <= 60 and len(shadow.simulator.load_per_minute) <= 60
     assert per_minute[55:65] == [11.0] * 10 and per_minute[-1] == 11.0
+
+
+def test_budget_policy_that_overspends_is_held_to_its_budget(series_writer: Callable[..., Path],
+                                                             tmp_path: Path) -> None:
+    """Issue 26, part 4, through the product's code path: ``quantile-budget`` whose levels overspend its
+    budget on new days is pulled back to it by the budget gate. Constructed so: four weeks of the synthetic
+    series (seven held-back days: the gate's week), the count model at τ 0.999 / 0.995, which spends 0.92 ×
+    the HPA's replica-hours there, under a budget of 0.88 ×. The bank cannot pull that back (a negative
+    balance buys no levels); the gate repays it after the first day and holds the week at 0.885 ×: the budget
+    plus the standing debt that keeps a level down (≈ 12 / 10080 per level)."""
+    scenario = build_scenario(series_writer(tmp_path / "noisy_events_per_minute.csv", days=28, seed=7))
+    context = scenario.context
+    model = poisson_forecast(context.forecast.last_observed, context.sizing.capacity_per_replica_rpm)
+    hpa = scenario.held_back(HpaPolicy())["replica_hours"]
+    plain = scenario.held_back(QuantilePolicy(0.999, model, tau_down=0.995))["replica_hours"] / hpa
+    budgeted = QuantilePolicy(0.999, model, tau_down=0.995, budget=BudgetSettings(ratio=0.88))
+    held = scenario.held_back(budgeted)["replica_hours"] / hpa
+    assert plain > 0.91  # the calibrated levels overspend the 0.88 budget
+    assert 0.87 <= held <= 0.88 + 0.006, held
+    budget = budgeted.budget
+    assert budget is not None and budget.balance < 0  # the bank alone would never have pulled it back
+    assert budget.gate.window_spend_ratio == pytest.approx(held, abs=0.002)  # the week is the gate's window
