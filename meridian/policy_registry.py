@@ -1,8 +1,8 @@
 """Name → lazily imported constructor: the one scheme of the placement, routing and autoscaling registries.
 
-Each tier's ``registry.py`` holds ``REGISTRY = PolicyRegistry(kind, {name: "package.module:build"})``
-and exposes ``names()``, ``get_policy(name, **kwargs)`` and ``BASELINES`` (every entry but the learned
-one). An entry is a string, so reading the names (``meridian --help``, option validation) imports no
+Each tier's ``registry.py`` holds ``REGISTRY = PolicyRegistry(kind, {name: "package.module:build"},
+learned=...)`` and exposes ``names`` and ``get_policy(name, **kwargs)`` (the registry's own methods) and
+``BASELINES`` (every entry but the learned one). An entry is a string, so reading the names (``meridian --help``, option validation) imports no
 policy module (numpy, torch); the module is imported on the first construction. No registration by
 import side effect: the table is the whole list. Keys are the modules' name constants (``NAME`` for
 ``build``, ``BURST_NAME`` for ``build_burst``: :func:`name_constant`), which a test of each tier checks.
@@ -15,7 +15,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+PolicyT = TypeVar("PolicyT")
 
 
 class UnknownPolicyError(KeyError):
@@ -48,20 +50,29 @@ def name_constant(attribute: str) -> str:
     return f"{variant.upper()}_NAME"
 
 
-class PolicyRegistry:
+class PolicyRegistry(Generic[PolicyT]):
     """The policies of one kind (``"placement"``, ``"routing"``, ``"autoscaling"``), in listing order.
 
     ``name in registry``, ``iter(registry)`` and :meth:`names` read the table only; :meth:`get`
-    imports the entry's module (once, as any import) and calls its constructor.
+    imports the entry's module (once, as any import) and calls its constructor. ``learned`` names the
+    tier's learned policy, the one entry :attr:`baselines` leaves out.
     """
 
-    def __init__(self, kind: str, entries: Mapping[str, str], *,
+    def __init__(self, kind: str, entries: Mapping[str, str], *, learned: str | None = None,
                  error: type[UnknownPolicyError] = UnknownPolicyError) -> None:
         for target in entries.values():
             split_target(target)
+        if learned is not None and learned not in entries:
+            raise ValueError(f"the learned {kind} policy {learned!r} is not an entry")
         self.kind = kind
         self.entries: Mapping[str, str] = MappingProxyType(dict(entries))
+        self.learned = learned
         self._error = error
+
+    @property
+    def baselines(self) -> tuple[str, ...]:
+        """Every entry but the learned one, in listing order."""
+        return tuple(name for name in self.entries if name != self.learned)
 
     def names(self) -> list[str]:
         return list(self.entries)
@@ -94,6 +105,7 @@ class PolicyRegistry:
         module, attribute = split_target(self.target(name))
         return getattr(importlib.import_module(module), attribute)
 
-    def get(self, name: str, **kwargs: Any) -> Any:
+    def get(self, name: str, **kwargs: Any) -> PolicyT:
         """A new policy ``name``, built with ``kwargs``; :class:`UnknownPolicyError` for an unknown name."""
-        return self.constructor(name)(**kwargs)
+        policy: PolicyT = self.constructor(name)(**kwargs)
+        return policy

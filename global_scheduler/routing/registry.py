@@ -6,7 +6,7 @@ global serve`` checking ``--policy``, ``bench routing --policies``) imports neit
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from meridian.policy_registry import PolicyRegistry, UnknownPolicyError
 
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BASELINES", "REGISTRY", "UnknownPolicyError", "get_policy", "names"]
 
-REGISTRY = PolicyRegistry("routing", {
+REGISTRY: PolicyRegistry[RoutingPolicy] = PolicyRegistry("routing", {
     "round-robin": "global_scheduler.routing.round_robin:build",
     "karmada": "global_scheduler.routing.karmada:build",
     "least-carbon": "global_scheduler.routing.least_carbon:build",
@@ -23,16 +23,9 @@ REGISTRY = PolicyRegistry("routing", {
     "least-cost": "global_scheduler.routing.least_cost:build",
     "random": "global_scheduler.routing.random_policy:build",
     "gnn": "global_scheduler.routing.gnn_routing:build",  # torch and a checkpoint
-})
+}, learned="gnn")
 
 LEARNED = "gnn"
-BASELINES: tuple[str, ...] = tuple(name for name in REGISTRY if name != LEARNED)
-
-
-def names() -> list[str]:
-    return REGISTRY.names()
-
-
-def get_policy(name: str, **kwargs: Any) -> RoutingPolicy:
-    policy: RoutingPolicy = REGISTRY.get(name, **kwargs)
-    return policy
+BASELINES: tuple[str, ...] = REGISTRY.baselines
+names = REGISTRY.names
+get_policy = REGISTRY.get

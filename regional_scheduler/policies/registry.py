@@ -15,7 +15,7 @@ the table is the whole list.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from meridian.policy_registry import PolicyRegistry, UnknownPolicyError
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BASELINES", "REGISTRY", "UnknownPolicyError", "get_policy", "names"]
 
-REGISTRY = PolicyRegistry("placement", {
+REGISTRY: PolicyRegistry[ScorePolicy] = PolicyRegistry("placement", {
     "random": "regional_scheduler.policies.random_fit:build",
     "least-allocated": "regional_scheduler.policies.resource_allocation:build_least",
     "most-allocated": "regional_scheduler.policies.resource_allocation:build_most",
@@ -36,16 +36,9 @@ REGISTRY = PolicyRegistry("placement", {
     "gpu-clustering": "regional_scheduler.policies.gpu_clustering:build",
     "fgd": "regional_scheduler.policies.fgd:build",
     "learned": "regional_scheduler.policies.learned:build",  # torch and a checkpoint
-})
+}, learned="learned")
 
 LEARNED = "learned"
-BASELINES: tuple[str, ...] = tuple(name for name in REGISTRY if name != LEARNED)
-
-
-def names() -> list[str]:
-    return REGISTRY.names()
-
-
-def get_policy(name: str, **kwargs: Any) -> ScorePolicy:
-    policy: ScorePolicy = REGISTRY.get(name, **kwargs)
-    return policy
+BASELINES: tuple[str, ...] = REGISTRY.baselines
+names = REGISTRY.names
+get_policy = REGISTRY.get

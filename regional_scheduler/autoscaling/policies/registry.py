@@ -5,7 +5,7 @@ are ``"module:build"`` strings, imported on first construction. The CLI's ``--po
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from meridian.policy_registry import PolicyRegistry, UnknownPolicyError
 
@@ -14,23 +14,16 @@ if TYPE_CHECKING:
 
 __all__ = ["BASELINES", "REGISTRY", "UnknownPolicyError", "get_policy", "names"]
 
-REGISTRY = PolicyRegistry("autoscaling", {
+REGISTRY: PolicyRegistry[AutoscalingPolicy] = PolicyRegistry("autoscaling", {
     "hpa": "regional_scheduler.autoscaling.policies.hpa_policy:build",
     "forecast": "regional_scheduler.autoscaling.policies.forecast_policy:build",
     "forecast-burst": "regional_scheduler.autoscaling.policies.forecast_policy:build_burst",
     "learned": "regional_scheduler.autoscaling.policies.learned_policy:build",  # torch and a checkpoint
     "quantile": "regional_scheduler.autoscaling.policies.quantile_policy:build",
     "quantile-budget": "regional_scheduler.autoscaling.policies.quantile_policy:build_budget",
-})
+}, learned="learned")
 
 LEARNED = "learned"
-BASELINES: tuple[str, ...] = tuple(name for name in REGISTRY if name != LEARNED)
-
-
-def names() -> list[str]:
-    return REGISTRY.names()
-
-
-def get_policy(name: str, **kwargs: Any) -> AutoscalingPolicy:
-    policy: AutoscalingPolicy = REGISTRY.get(name, **kwargs)
-    return policy
+BASELINES: tuple[str, ...] = REGISTRY.baselines
+names = REGISTRY.names
+get_policy = REGISTRY.get
