@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BASELINES", "REGISTRY", "UnknownPolicyError", "get_policy", "names"]
 
+LEARNED = "gnn"
 REGISTRY: PolicyRegistry[RoutingPolicy] = PolicyRegistry("routing", {
     "round-robin": "global_scheduler.routing.round_robin:build",
     "karmada": "global_scheduler.routing.karmada:build",
@@ -23,9 +24,8 @@ REGISTRY: PolicyRegistry[RoutingPolicy] = PolicyRegistry("routing", {
     "least-cost": "global_scheduler.routing.least_cost:build",
     "random": "global_scheduler.routing.random_policy:build",
     "gnn": "global_scheduler.routing.gnn_routing:build",  # torch and a checkpoint
-}, learned="gnn")
+}, learned=LEARNED)
 
-LEARNED = "gnn"
 BASELINES: tuple[str, ...] = REGISTRY.baselines
 names = REGISTRY.names
 get_policy = REGISTRY.get

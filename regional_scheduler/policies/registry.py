@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BASELINES", "REGISTRY", "UnknownPolicyError", "get_policy", "names"]
 
+LEARNED = "learned"
 REGISTRY: PolicyRegistry[ScorePolicy] = PolicyRegistry("placement", {
     "random": "regional_scheduler.policies.random_fit:build",
     "least-allocated": "regional_scheduler.policies.resource_allocation:build_least",
@@ -36,9 +37,8 @@ REGISTRY: PolicyRegistry[ScorePolicy] = PolicyRegistry("placement", {
     "gpu-clustering": "regional_scheduler.policies.gpu_clustering:build",
     "fgd": "regional_scheduler.policies.fgd:build",
     "learned": "regional_scheduler.policies.learned:build",  # torch and a checkpoint
-}, learned="learned")
+}, learned=LEARNED)
 
-LEARNED = "learned"
 BASELINES: tuple[str, ...] = REGISTRY.baselines
 names = REGISTRY.names
 get_policy = REGISTRY.get

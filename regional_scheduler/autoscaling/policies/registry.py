@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BASELINES", "REGISTRY", "UnknownPolicyError", "get_policy", "names"]
 
+LEARNED = "learned"
 REGISTRY: PolicyRegistry[AutoscalingPolicy] = PolicyRegistry("autoscaling", {
     "hpa": "regional_scheduler.autoscaling.policies.hpa_policy:build",
     "forecast": "regional_scheduler.autoscaling.policies.forecast_policy:build",
@@ -21,9 +22,8 @@ REGISTRY: PolicyRegistry[AutoscalingPolicy] = PolicyRegistry("autoscaling", {
     "learned": "regional_scheduler.autoscaling.policies.learned_policy:build",  # torch and a checkpoint
     "quantile": "regional_scheduler.autoscaling.policies.quantile_policy:build",
     "quantile-budget": "regional_scheduler.autoscaling.policies.quantile_policy:build_budget",
-}, learned="learned")
+}, learned=LEARNED)
 
-LEARNED = "learned"
 BASELINES: tuple[str, ...] = REGISTRY.baselines
 names = REGISTRY.names
 get_policy = REGISTRY.get
