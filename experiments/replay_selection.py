@@ -1,9 +1,8 @@
 """Question: does replaying the target workload before a run tell when the learned correction beats FGD?
 
 Needs the future: the replays draw pods from the list of pods still to come (the benchmark's target
-workload), which no live scheduler has, so it is an experiment and not a serving path. It was the
-learned policy's serving rule for the paper protocol until that protocol stopped handing policies
-more than the workload's distribution; it stays here to compare against.
+workload), which no live scheduler has, so it is an experiment and not a serving path; it is kept to
+measure how much such knowledge would be worth against the served policy.
 
 A learned correction that beats FGD on average can still lose on a particular workload. Given the
 target workload and a simulator, :class:`ReplaySelectedPolicy` replays the workload ``replays`` times

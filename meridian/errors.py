@@ -206,11 +206,11 @@ def _invalid_setting(exc: Exception) -> UserError | None:
     found = environ.get(candidate if case_sensitive else candidate.upper())
     from meridian.bus.settings import StreamConsumerSettings
 
-    # A stream consumer's setting may still be spelt as it was before ``bus`` grouped them.
+    # A stream consumer's setting may be spelt flat (``<PREFIX>BLOCK_MS``) as well as nested.
     flat = ({new: old for old, new in cls.flat_bus_names.items()} if issubclass(cls, StreamConsumerSettings)
             else {})
     if found is None and len(loc) >= 2 and loc[0] == "bus" and loc[1] in flat:
-        candidate = prefix + flat[loc[1]]  # the flat spelling a stream consumer's setting had before ``bus``
+        candidate = prefix + flat[loc[1]]  # the flat spelling of that setting
         found = environ.get(candidate if case_sensitive else candidate.upper())
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     if found is not None:

@@ -26,7 +26,7 @@ from meridian.simulator import RunResult, run_arrivals, run_timeline, seed_clust
 from meridian.traces import openb
 from regional_scheduler.framework import Scheduler
 from regional_scheduler.policies.base import ReportsRunCounts
-from regional_scheduler.policies.registry import get_policy
+from regional_scheduler.policies.registry import LEARNED, get_policy
 
 OPENB_FIRST_SEED = 42
 SEED_FIRST_SEED = 0
@@ -53,11 +53,10 @@ def bench_policy(name: str) -> Any:
     """The policy as benchmarked. ``learned`` runs its model on every decision: its wall-clock budget
     is counted, not enforced (``enforce_budget=False``), so a result does not depend on how loaded
     the machine was; the count is reported (``over_budget_decisions``)."""
-    if name == "learned":
+    if name == LEARNED:
         from regional_scheduler.learned.serving import ServingSettings
-        from regional_scheduler.policies import learned
 
-        return learned.build(ServingSettings.from_env().model_copy(update={"enforce_budget": False}))
+        return get_policy(name, settings=ServingSettings.from_env().model_copy(update={"enforce_budget": False}))
     return get_policy(name)
 
 

@@ -82,7 +82,7 @@ than the other workers' (the regional state goes stale while the bus is away).""
 class TelemetryConsumerSettings(StreamConsumerSettings):
     """The regional telemetry consumer (environment: ``MERIDIAN_TELEMETRY_*``; the stream settings
     ``MERIDIAN_TELEMETRY_BUS__*``, and the flat ``MERIDIAN_TELEMETRY_BATCH_COUNT``, ``_BLOCK_MS``,
-    ``_CLAIM_MIN_IDLE_MS`` and ``_BACKOFF_S`` they had before)."""
+    ``_CLAIM_MIN_IDLE_MS`` and ``_BACKOFF_S``, also read)."""
 
     model_config = SettingsConfigDict(env_prefix="MERIDIAN_TELEMETRY_")
     flat_bus_names: ClassVar[Mapping[str, str]] = {"batch_count": "batch", "block_ms": "block_ms", "claim_min_idle_ms": "claim_idle_ms",

@@ -7,8 +7,8 @@ rest of them::
 
     MERIDIAN_DISPATCH_BUS__BLOCK_MS=50 MERIDIAN_DISPATCH_BUS__BACKOFF_S='[0.1, 0.5]'
 
-The flat spellings these settings had before they were nested (``MERIDIAN_DISPATCH_BLOCK_MS``, or
-``block_ms=`` given to the settings class) still work through :class:`StreamConsumerSettings`; the nested
+Flat spellings (``MERIDIAN_DISPATCH_BLOCK_MS``, or ``block_ms=`` given to the settings class) are also
+read, so deployments that set them keep working, through :class:`StreamConsumerSettings`; the nested
 spelling wins where both are given. A producer, which only backs off, types its delays :data:`BackoffDelays`.
 """
 
@@ -89,8 +89,8 @@ class _FlatNamesEnv(EnvSettingsSource):
 
 class StreamConsumerSettings(BaseSettings):
     """Base of a stream consumer's settings: subclasses declare ``bus`` (a :meth:`ConsumerSettings.tailored`
-    type) and ``flat_bus_names``, the names (old name → field of ``bus``) they had before ``bus`` existed,
-    which keep working as keyword arguments and as ``<env_prefix><OLD_NAME>`` variables."""
+    type) and ``flat_bus_names`` (flat name → field of ``bus``), accepted as keyword arguments and as
+    ``<env_prefix><FLAT_NAME>`` variables."""
 
     model_config = SettingsConfigDict(env_nested_delimiter="__")
 
