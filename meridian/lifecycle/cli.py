@@ -1,0 +1,171 @@
+"""``meridian learn`` (the continual learner: a service, and a one-shot retrain) and ``meridian bench
+lifecycle`` (each tier's regime change through the bus, the registry and the gates).
+
+Registered through the ``meridian.cli`` entry point; heavy imports (torch through the tiers, numpy, redis) happen
+inside the commands. The tiers are found through the ``meridian.lifecycle`` entry-point group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from meridian.cli import CliRoot
+
+if TYPE_CHECKING:
+    from meridian.lifecycle.learner import ContinualLearner
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_ARTIFACTS = Path("~/.local/share/meridian/models")
+MODELS = ("placement", "autoscaling", "routing")
+
+
+def _models(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in MODELS]
+    if unknown or not names:
+        raise typer.BadParameter(f"unknown {', '.join(unknown) or 'empty list'}; choose from {', '.join(MODELS)}",
+                                 param_hint="--scenarios")
+    return names
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _summary_table(report: dict[str, Any]) -> Table:
+    table = Table(title="Model lifecycle: regime changes through the bus, the registry and the gates")
+    for column in ("scenario", "metric", "detection delay (windows)", "false alarms", "stale", "continual",
+                   "oracle", "ends active", "sabotage promoted", "rollback within (windows)", "checks"):
+        table.add_column(column, justify="left" if column in ("scenario", "metric", "checks") else "right")
+    for name, s in report["scenarios"].items():
+        cmp = s["comparison"]
+        metric = cmp["metric"]
+        delay = s["detection_delay"]["windows"] if s["detection_delay"] else "none"
+        promoted = "/".join(f"{v['promoted']} of {v['injected']}" for v in s["sabotage_promotions"].values())
+        within = "/".join(str(v["windows"]) if v["rolled_back"] else f"not in {v['windows']}"
+                          for v in s["rollback_within"].values())
+        failed = [k for k, ok in s["checks"].items() if not ok]
+        table.add_row(name, metric, _fmt(delay), _fmt(s["false_alarms"]), _fmt(s["stale"]), _fmt(s["continual"]),
+                      _fmt(s["oracle"]), _fmt(cmp["final_active"][metric]), promoted, within,
+                      "all pass" if not failed else "failed: " + ", ".join(failed))
+    return table
+
+
+def bench_lifecycle(
+    scenarios: str = typer.Option(",".join(MODELS), "--scenarios", help="Which tiers' regime changes, "
+                                  "comma-separated: placement, autoscaling, routing."),
+    quick: bool = typer.Option(False, "--quick", help="Each tier's small scenario (seconds each)."),
+    seed: int = typer.Option(0, "--seed"),
+    injections: int = typer.Option(20, "--injections", min=0, help="Sabotaged candidates of each kind."),
+    redis_url: str = typer.Option(DEFAULT_REDIS_URL, "--redis", envvar="MERIDIAN_BENCH_REDIS_URL",
+                                  help="The Redis the replay runs on (under a private key prefix, removed after)."),
+    out_dir: Path = typer.Option(Path("bench-out/lifecycle"), "--out-dir", help="Checkpoints and artifacts."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the report as JSON here."),
+) -> None:
+    """Regime changes per tier: drift detection delay, stale vs continually retrained vs oracle, sabotaged
+    candidates (0 promotions expected) and forced rollbacks."""
+    from meridian.lifecycle.bench import LifecycleBenchSettings, run_lifecycle_bench
+    from meridian.lifecycle.tiers import lifecycle_for
+
+    lifecycles = {name: lifecycle_for(name) for name in _models(scenarios)}
+    settings = LifecycleBenchSettings(quick=quick, seed=seed, injections=injections)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(what: str, done: float, total: float) -> None:
+            if what not in tasks:
+                tasks[what] = bar.add_task(what, total=total)
+            bar.update(tasks[what], completed=done, total=total)
+
+        report = run_lifecycle_bench(lifecycles, redis_url=redis_url, out_dir=out_dir, settings=settings,
+                                     progress=progress)
+    Console().print(_summary_table(report))
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report, indent=2, sort_keys=True, default=str))
+        typer.echo(f"wrote {json_out}")
+
+
+def _learner(model: str, redis_url: str, artifacts: Path, out_dir: Path, consumer: str,
+             retrain_every: int | None) -> ContinualLearner:
+    from meridian.bus import open_bus
+    from meridian.drift import TIER_FEATURES
+    from meridian.lifecycle.learner import ContinualLearner, LearnerSettings
+    from meridian.lifecycle.tiers import lifecycle_for
+    from meridian.model_registry.registry import open_registry
+
+    lifecycle = lifecycle_for(model)
+    registry = open_registry(redis_url, artifacts_dir=Path(os.path.expanduser(artifacts)))
+    settings = LearnerSettings(consumer=consumer, retrain_every=retrain_every)
+    features = TIER_FEATURES[lifecycle.tier]  # live tiers publish their tier's default drift features
+    return ContinualLearner(model=model, tier=lifecycle.tier, registry=registry, bus=open_bus(redis_url),
+                            retrainer=lifecycle.retrainer(), features=features, out_dir=out_dir,
+                            who=f"learner@{consumer}", settings=settings)
+
+
+MODEL_OPTION = typer.Option(..., "--model", help="placement, routing or autoscaling.")
+REDIS_OPTION = typer.Option(DEFAULT_REDIS_URL, "--redis", envvar="MERIDIAN_MODELS_REDIS_URL",
+                            help="The bus's Redis: the records' streams and the registry.")
+ARTIFACTS_OPTION = typer.Option(DEFAULT_ARTIFACTS, "--artifacts", envvar="MERIDIAN_MODELS_ARTIFACTS",
+                                help="The registry's checkpoint store.")
+OUT_OPTION = typer.Option(Path("~/.local/share/meridian/retrained"), "--out-dir",
+                          help="Where retrained checkpoints are written before registration.")
+
+
+def learn_serve(model: str = MODEL_OPTION, redis_url: str = REDIS_OPTION, artifacts: Path = ARTIFACTS_OPTION,
+                out_dir: Path = OUT_OPTION,
+                consumer: str = typer.Option("learner-1", "--consumer", help="This learner's consumer name."),
+                retrain_every: int | None = typer.Option(None, "--retrain-every", min=1, help="Also retrain every "
+                                                         "n windows; default: only on drift.")) -> None:
+    """Consume MODEL's learning and evaluation records until Ctrl-C: drift, retrain, register, evaluate."""
+    learner = _learner(model, redis_url, artifacts, Path(os.path.expanduser(out_dir)), consumer, retrain_every)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    typer.echo(f"learning {model} from {learner.bus_streams()} (Ctrl-C to stop)")
+    try:
+        while not stop.is_set():
+            if learner.step(block_ms=1000):
+                s = learner.state
+                typer.echo(f"records={s.records} drift_alerts={len(s.drift_alerts)} retrains={len(s.retrains)} "
+                           f"dead_lettered={s.dead_lettered}")
+    except KeyboardInterrupt:
+        pass
+
+
+def learn_once(model: str = MODEL_OPTION, redis_url: str = REDIS_OPTION, artifacts: Path = ARTIFACTS_OPTION,
+               out_dir: Path = OUT_OPTION,
+               consumer: str = typer.Option("learner-once", "--consumer", help="Consumer name for this run.")) -> None:
+    """Read MODEL's pending learning records, retrain on them now, register the candidate and start its shadow."""
+    from meridian.errors import UserError
+
+    learner = _learner(model, redis_url, artifacts, Path(os.path.expanduser(out_dir)), consumer, None)
+    while learner.step():
+        pass
+    if not learner.window:
+        raise UserError(f"no learning records of {model} to train on", hint=f"a tier publishes them on "
+                        f"{learner.bus_streams()[0]}; see docs/model-lifecycle.md")
+    version = learner.retrain(why="one-shot (meridian learn once)")
+    typer.echo(json.dumps(version.model_dump(mode="json"), indent=2, sort_keys=True))
+
+
+def register(cli: CliRoot) -> None:
+    """Add ``meridian learn`` and ``meridian bench lifecycle``."""
+    learn = typer.Typer(help="Continual learning: retrain a model from the records its tier publishes, on drift "
+                             "or a schedule, and take the result through shadow and canary.", no_args_is_help=True)
+    learn.command("serve")(learn_serve)
+    learn.command("once")(learn_once)
+    cli.app.add_typer(learn, name="learn")
+    cli.bench.command("lifecycle")(bench_lifecycle)
