@@ -27,12 +27,14 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from prometheus_client import Counter
 
 from meridian.cluster_state import ClusterState
 from meridian.model import Pod
+from meridian.model_registry.evaluation import CanarySplit
 from regional_scheduler.framework import select_best
 from regional_scheduler.learned.checkpoint import CheckpointError, load_checkpoint
 from regional_scheduler.learned.serving import LearnedScorer, ServingSettings
@@ -134,37 +136,57 @@ class LearnedPolicy(WorkloadAware, ObservesUnschedulable, ReportsRunCounts):
 
 @dataclass(frozen=True)
 class ShadowRecord:
+    """One decision in shadow (or canary) mode: both models' choices, the GPU fragmentation increase each
+    choice causes on the same cluster state (the counterfactual of the model that did not serve, exact because
+    both are scored on one snapshot), and which model's choice was served."""
+
     pod: str
     active_node: int
     learned_node: int
+    active_fragmentation: float = 0.0
+    learned_fragmentation: float = 0.0
+    served: str = "active"  # "active" or "candidate" (canary)
 
     @property
     def agree(self) -> bool:
         return self.active_node == self.learned_node
 
 
+class ShadowRecordSink(Protocol):
+    """Receives every shadow record (e.g. the publisher of evaluation records for the continual learner)."""
+
+    def __call__(self, record: ShadowRecord) -> None: ...
+
+
 class ShadowPolicy(WorkloadAware, ObservesUnschedulable):
     """Decide with ``active``; score the same candidates with ``learned`` and record both choices.
 
     The learned policy's errors never affect the active decision (they are counted as fallbacks by
-    the learned policy itself). ``records`` keeps the last ``history`` decisions.
+    the learned policy itself). ``records`` keeps the last ``history`` decisions. With ``canary``, the pods
+    its split assigns to the candidate (by pod name: a stable hash, so a retried pod keeps its arm) are served
+    by the learned choice. Each record carries both choices' fragmentation increase, measured by an FGD
+    scorer of the shadow's own (the same target workload the policies read), and goes to ``sink``.
     """
 
-    def __init__(self, active: ScorePolicy, learned: LearnedPolicy, *, history: int = 10_000) -> None:
+    def __init__(self, active: ScorePolicy, learned: LearnedPolicy, *, history: int = 10_000,
+                 canary: CanarySplit | None = None, sink: ShadowRecordSink | None = None) -> None:
         self.active = active
         self.learned = learned
         self.name = f"{active.name}+shadow-{learned.name}"
         self.records: deque[ShadowRecord] = deque(maxlen=history)
+        self.canary = canary
+        self.sink = sink
+        self._fragmentation = FgdPolicy()
         self.n_decisions = 0
         self.n_agree = 0
 
     def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
-        for policy in (self.active, self.learned):
+        for policy in (self.active, self.learned, self._fragmentation):
             if isinstance(policy, WorkloadAware):
                 policy.prepare(state, workload)
 
     def observe_unschedulable(self, state: ClusterState, pod: Pod) -> None:
-        for policy in (self.active, self.learned):
+        for policy in (self.active, self.learned, self._fragmentation):
             if isinstance(policy, ObservesUnschedulable):
                 policy.observe_unschedulable(state, pod)
 
@@ -172,16 +194,22 @@ class ShadowPolicy(WorkloadAware, ObservesUnschedulable):
         result = self.active.score(state, pod, nodes)
         try:
             shadow = self.learned.score(state, pod, nodes)
-            learned_node = int(nodes[select_best(shadow.scores)])
+            learned_at = select_best(shadow.scores)
         except Exception as exc:  # shadow must never break the live decision
             log.warning("shadow scoring failed for pod %s: %s", pod.name, exc)
             return result
-        record = ShadowRecord(pod.name, int(nodes[select_best(result.scores)]), learned_node)
+        active_at = select_best(result.scores)
+        _, delta = self._fragmentation.score_with_delta(state, pod, nodes)
+        serve_candidate = self.canary is not None and self.canary.serves_candidate(pod.name)
+        record = ShadowRecord(pod.name, int(nodes[active_at]), int(nodes[learned_at]), float(delta[active_at]),
+                              float(delta[learned_at]), "candidate" if serve_candidate else "active")
         self.records.append(record)
         self.n_decisions += 1
         self.n_agree += record.agree
         SHADOW_DECISIONS.labels(agreement="agree" if record.agree else "disagree").inc()
-        return result
+        if self.sink is not None:
+            self.sink(record)
+        return shadow if serve_candidate else result
 
     @property
     def agreement(self) -> float:

@@ -226,3 +226,39 @@ def test_an_unprepared_feature_builder_reads_gpu_model_scarcity_from_recent_pods
     assert np.all(column[on_p100] > 0) and np.all(column[~on_p100] == 0)
     expected = model_pressure(state, [p100] * 3)
     assert column[on_p100][0] == pytest.approx(expected[state.gpu_models.index("P100")])
+
+
+def test_shadow_records_the_counterfactual_fragmentation_and_publishes_windows(
+        untrained_nets, small_gpu_cluster, small_workload, redis_bus) -> None:
+    from meridian.lifecycle.records import EvaluationRecord, evaluations_stream
+    from regional_scheduler.learned.shadow_publisher import ShadowEvaluationPublisher
+
+    publisher = ShadowEvaluationPublisher(redis_bus, candidate="placement-v2", active="placement-v1",
+                                          window_decisions=2)
+    shadow = ShadowPolicy(FgdPolicy(), LearnedPolicy(scorer=LearnedScorer(untrained_nets)), sink=publisher)
+    decide_each(shadow, small_gpu_cluster, small_workload)
+    records = list(shadow.records)
+    # FGD serves and ranks by the same fragmentation increase: its choice is never worse than the learned one's
+    assert all(r.active_fragmentation <= r.learned_fragmentation + 1e-9 for r in records)
+    assert all(r.served == "active" for r in records)
+    windows = [EvaluationRecord.model_validate_json(e.payload)
+               for e in redis_bus.read_range(evaluations_stream("placement"))]
+    assert len(windows) == len(records) // 2 == publisher.published
+    first = windows[0]
+    assert (first.candidate, first.active, first.decisions) == ("placement-v2", "placement-v1", 2)
+    assert first.active_outcomes["gpu_fragmentation"] == pytest.approx(
+        records[0].active_fragmentation + records[1].active_fragmentation)
+    assert first.agreed == (records[0].agree + records[1].agree) / 2
+
+
+def test_canary_serves_the_candidate_on_its_share_of_pods(untrained_nets, small_gpu_cluster, small_workload) -> None:
+    from meridian.model_registry.evaluation import CanarySplit
+
+    learned = LearnedPolicy(scorer=LearnedScorer(untrained_nets))
+    everything = ShadowPolicy(FgdPolicy(), learned, canary=CanarySplit(1.0))
+    served = decide_each(everything, small_gpu_cluster, small_workload)
+    assert served == [r.learned_node for r in everything.records]
+    assert all(r.served == "candidate" for r in everything.records)
+    nothing = ShadowPolicy(FgdPolicy(), LearnedPolicy(scorer=LearnedScorer(untrained_nets)), canary=CanarySplit(0.0))
+    assert decide_each(nothing, small_gpu_cluster, small_workload) == decide_each(FgdPolicy(), small_gpu_cluster,
+                                                                                  small_workload)
