@@ -42,7 +42,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, Field
 
 from meridian.bus import StreamBus
-from meridian.drift import DriftMonitor, DriftSettings
+from meridian.drift import DriftSettings
 from meridian.lifecycle.learner import ContinualLearner, LearnerSettings
 from meridian.lifecycle.records import EvaluationRecord, LearningRecord, evaluations_stream, records_stream
 from meridian.lifecycle.tiers import RegimeScenario, SabotageKind, TierLifecycle, TrainedModel
@@ -304,8 +304,7 @@ def run_scenario(lifecycle: TierLifecycle, *, registry: ModelRegistry, bus: Stre
                                out_dir=out_dir / "retrained", who=f"learner@bench-{scenario.name}",
                                settings=settings.learner.model_copy(update={"seed": settings.seed}),
                                gates=settings.gates, rollback=settings.rollback,
-                               drift=DriftMonitor(lifecycle.model, scenario.drift_features(), settings=settings.drift,
-                                                  registry=CollectorRegistry()))
+                               drift=settings.drift, metrics=CollectorRegistry())
     run = ScenarioRun(lifecycle, scenario, registry, bus, learner, OutcomeCache(scenario, settings.chunk_windows),
                       out_dir, scenario.records(), progress)
     progress(f"{scenario.name}: training the stale and oracle models", 0, 1)

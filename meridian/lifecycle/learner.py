@@ -30,10 +30,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from prometheus_client import REGISTRY, CollectorRegistry
 from pydantic import BaseModel, Field, ValidationError
 
 from meridian.bus import StreamBus, StreamEntry
-from meridian.drift import DriftAlert, DriftMonitor, FeatureSpec
+from meridian.drift import DriftAlert, DriftMonitor, DriftSettings, FeatureSpec
+from meridian.lifecycle.drift_events import BusDriftPublisher
 from meridian.lifecycle.records import EvaluationRecord, LearningRecord, evaluations_stream, records_stream
 from meridian.lifecycle.tiers import Retrainer
 from meridian.model_registry.evaluation import OnlineEvaluator, Phase
@@ -86,17 +88,20 @@ class LearnerState:
 
 
 class ContinualLearner:
-    """One model's learner (see the module docstring). ``who`` signs its registrations and transitions."""
+    """One model's learner (see the module docstring). ``who`` signs its registrations and transitions; drift
+    alerts are counted in ``metrics`` (a benchmark passes its own registry), logged and published on the bus."""
 
     def __init__(self, *, model: str, tier: Tier, registry: ModelRegistry, bus: StreamBus, retrainer: Retrainer,
                  features: Sequence[FeatureSpec], out_dir: Path, who: str,
                  settings: LearnerSettings | None = None, gates: GateSettings | None = None,
-                 rollback: RollbackSettings | None = None, drift: DriftMonitor | None = None) -> None:
+                 rollback: RollbackSettings | None = None, drift: DriftSettings | None = None,
+                 metrics: CollectorRegistry = REGISTRY) -> None:
         self.model, self.tier, self.registry, self.bus = model, tier, registry, bus
         self.retrainer, self.out_dir, self.who = retrainer, Path(out_dir), who
         self.settings = settings or LearnerSettings()
         self.gates, self.rollback = gates or GateSettings(), rollback or RollbackSettings()
-        self.drift = drift or DriftMonitor(model, features)
+        self.drift_events = BusDriftPublisher(bus, model)
+        self.drift = DriftMonitor(model, features, settings=drift, publish=self.drift_events, registry=metrics)
         self.state = LearnerState()
         self.window: deque[LearningRecord] = deque(maxlen=self.settings.train_windows)
         self.evaluator: OnlineEvaluator | None = None
@@ -155,6 +160,7 @@ class ContinualLearner:
         self.state.records += 1
         self.window.append(record)
         self._last_window = max(self._last_window, record.window)
+        self.drift_events.window = record.window
         for name in self.drift.features:
             for alert in self.drift.update_many(name, record.features.get(name, ())):
                 self.state.drift_alerts.append((record.window, alert))

@@ -73,3 +73,22 @@ class EvaluationRecord(BaseModel):
     decisions: int = Field(1, ge=0)
     agreed: float | None = Field(None, ge=0, le=1, description="Share of the window's decisions on which the "
                                  "two models decided alike, when known.")
+
+
+def drift_stream(model: str) -> str:
+    """The stream of a model's drift alerts (an event per alert, beside its metric and log line)."""
+    return f"meridian:learn:{{{model}}}:drift"
+
+
+class DriftEvent(BaseModel):
+    """A drift alert as a bus event: which feature drifted, by which detector, at which sample and window."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    feature: str
+    detector: str
+    sample_index: int
+    window: int | None = None
+    value: float
+    at: datetime

@@ -15,10 +15,17 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from meridian.bus import StreamBus
-from meridian.drift import Detector, DriftMonitor, DriftSettings, FeatureSpec
+from meridian.drift import Detector, DriftSettings, FeatureSpec
 from meridian.lifecycle.bench import LifecycleBenchSettings, run_scenario
 from meridian.lifecycle.learner import ContinualLearner, LearnerSettings, records_window
-from meridian.lifecycle.records import EvaluationRecord, LearningRecord, evaluations_stream, records_stream
+from meridian.lifecycle.records import (
+    DriftEvent,
+    EvaluationRecord,
+    LearningRecord,
+    drift_stream,
+    evaluations_stream,
+    records_stream,
+)
 from meridian.lifecycle.tiers import SabotageKind, TrainedModel
 from meridian.model_registry.registry import ModelRegistry
 from meridian.model_registry.versions import ModelState
@@ -116,6 +123,8 @@ def test_bench_runner_detects_retrains_promotes_and_rejects_sabotage(registry: M
     assert delay is not None and 0 <= delay["windows"] < 30 and delay["feature"] == "x"
     assert delay["decisions"] == 10 * (delay["windows"] + 1)
     assert report["false_alarms"] == 0
+    events = [DriftEvent.model_validate_json(e.payload) for e in redis_bus.read_range(drift_stream("placement"))]
+    assert events and events[0].feature == "x" and events[0].window == delay["window"]
     # the retrain read only windows after the alert (lookback 0) and ended before its evaluation began
     first, last = lifecycle.retrainer_.calls[0]
     assert first >= 200 + delay["windows"] and last == report["retrains"][0]["train_end"]
@@ -141,10 +150,8 @@ def _learner(registry: ModelRegistry, bus: StreamBus, tmp_path: Path, **settings
     return ContinualLearner(model="placement", tier="placement", registry=registry, bus=bus,
                             retrainer=ToyRetrainer(), features=(FeatureSpec("x", (Detector.ADWIN,)),),
                             out_dir=tmp_path / "out", who="learner@test",
-                            settings=LearnerSettings(**settings),
-                            drift=DriftMonitor("placement", (FeatureSpec("x", (Detector.ADWIN,)),),
-                                               settings=DriftSettings(warmup_samples=50),
-                                               registry=CollectorRegistry()))
+                            settings=LearnerSettings(**settings), drift=DriftSettings(warmup_samples=50),
+                            metrics=CollectorRegistry())
 
 
 def test_learner_dead_letters_malformed_records_and_keeps_going(registry: ModelRegistry, redis_bus: StreamBus,
