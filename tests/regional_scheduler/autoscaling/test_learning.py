@@ -71,3 +71,39 @@ def test_shadow_mode_records_both_and_actuates_only_live(scenario: Scenario) -> 
     assert with_shadow == live_only
     assert runner.records and {r.live_replicas for r in runner.records}
     assert 0.0 <= runner.disagreement_fraction() <= 1.0
+
+
+class _OneReplica:
+    """A deliberately starved candidate: one replica whatever the load."""
+
+    name = "one-replica"
+
+    def reset(self, context) -> None:  # type: ignore[no-untyped-def]
+        pass
+
+    def decide(self, observation) -> int:  # type: ignore[no-untyped-def]
+        return 1
+
+
+def test_shadow_models_both_arms_outcomes_and_publishes_windows(scenario: Scenario, redis_bus) -> None:  # type: ignore[no-untyped-def]
+    from meridian.lifecycle.records import EvaluationRecord, evaluations_stream
+    from regional_scheduler.autoscaling.shadow_publisher import ShadowEvaluationPublisher
+
+    publisher = ShadowEvaluationPublisher(redis_bus, candidate="autoscaling-v2", active="autoscaling-v1",
+                                          window_decisions=60)
+    runner = ShadowRunner(HpaPolicy(), _OneReplica(), sink=publisher)
+    scenario.held_back(runner)  # type: ignore[arg-type]
+    records = runner.records
+    assert all(r.shadow_replicas == 1 for r in records)
+    # the starved arm violates the modelled SLO far more often than the HPA it shadows
+    assert sum(r.shadow_violation for r in records) > 5 * max(1, sum(r.live_violation for r in records))
+    windows = [EvaluationRecord.model_validate_json(e.payload)
+               for e in redis_bus.read_range(evaluations_stream("autoscaling"))]
+    assert len(windows) == len(records) // 60 == publisher.published
+    first = windows[0]
+    assert first.active_outcomes["replica_hours"] == pytest.approx(
+        sum(r.live_replicas * r.interval_s for r in records[:60]) / 3600)
+    assert first.candidate_outcomes["replica_hours"] == pytest.approx(sum(r.interval_s for r in records[:60]) / 3600)
+    total_candidate = sum(w.candidate_outcomes["slo_violation_minutes"] for w in windows)
+    total_active = sum(w.active_outcomes["slo_violation_minutes"] for w in windows)
+    assert total_candidate > total_active
