@@ -177,3 +177,45 @@ def test_least_carbon_slo_is_greedy_only_where_no_slo_breaks() -> None:
     assert safe.decide(lambda: c, own).cluster == 2
     c.tightest_slo_utilisation = np.full(3, 0.1)
     assert safe.decide(lambda: c, workload(deferrable=True, deadline_hours=5.0)).cluster == DEFER
+
+
+def test_shadow_routing_records_both_arms_on_the_same_snapshot_and_publishes_windows(redis_bus) -> None:
+    from global_scheduler.routing.shadow import ShadowRouting
+    from global_scheduler.routing.shadow_publisher import RoutingEvaluationPublisher
+    from meridian.lifecycle.records import EvaluationRecord, evaluations_stream
+
+    publisher = RoutingEvaluationPublisher(redis_bus, candidate="routing-v2", active="routing-v1", window_decisions=2)
+    shadow = ShadowRouting(get_policy("least-cost"), get_policy("least-carbon"), sink=publisher)
+    router = Router(shadow)
+    c = clusters()
+    decisions = [router.decide(lambda: c, workload()).cluster for _ in range(4)]
+    assert decisions == [0, 0, 0, 0]  # least-cost serves: cluster 0 is the cheapest
+    assert [(r.active_choice, r.candidate_choice) for r in shadow.records] == [(0, 2)] * 4
+    assert shadow.records[0].active_carbon == 300.0 and shadow.records[0].candidate_carbon == 10.0
+    windows = [EvaluationRecord.model_validate_json(e.payload) for e in redis_bus.read_range(evaluations_stream("routing"))]
+    assert len(windows) == 2 and windows[0].agreed == 0.0
+    assert windows[0].candidate_outcomes == {"carbon_per_replica_hour": 10.0, "slo_violations": 0.0}
+    # a choice that takes its own latency SLO past the M/M/1 ceiling is a violation for that arm only: from
+    # region 0 with 20 ms, the ceiling is 1 - 5 / (20 - 2) = 0.72; the cheap cluster 0 ends at 0.94
+    shadow.records.clear()
+    roomy = clusters(free_cpu=(8000, 60000, 32000))
+    router.decide(lambda: roomy, workload(origin_region=0, latency_slo_ms=20.0))
+    record = shadow.records[0]
+    assert (record.active_choice, record.candidate_choice) == (0, 1)
+    assert record.active_slo_violation and not record.candidate_slo_violation
+
+
+def test_shadow_routing_leaves_deferrals_unpaired() -> None:
+    from global_scheduler.routing.shadow import ShadowRouting
+
+    class Defers:
+        name = "defers"
+
+        def reset(self) -> None: ...
+
+        def score(self, clusters, workload, feasible):  # type: ignore[no-untyped-def]
+            return np.append(np.zeros(clusters.n), 1.0)
+
+    shadow = ShadowRouting(get_policy("least-carbon"), Defers())
+    Router(shadow).decide(clusters, workload(deferrable=True, deadline_hours=5.0))
+    assert shadow.unpaired == 1 and not shadow.records
