@@ -47,7 +47,7 @@ from meridian.lifecycle.learner import ContinualLearner, LearnerSettings
 from meridian.lifecycle.records import EvaluationRecord, LearningRecord, evaluations_stream, records_stream
 from meridian.lifecycle.tiers import RegimeScenario, SabotageKind, TierLifecycle, TrainedModel
 from meridian.model_registry.evaluation import OnlineEvaluator, Phase
-from meridian.model_registry.gates import GateSettings, RollbackMonitor, RollbackSettings, tier_gate
+from meridian.model_registry.gates import GateSettings, RollbackSettings, tier_gate, tier_rollback
 from meridian.model_registry.registry import ModelRegistry
 from meridian.model_registry.versions import DataWindow, ModelState
 
@@ -207,7 +207,7 @@ def evaluate_injected(run: ScenarioRun, version_id: str, windows: range, *, phas
     """Evaluate one injected version through the bus and the learner on ``windows``; (evaluator, windows fed)."""
     learner = run.learner
     evaluator = OnlineEvaluator(run.registry, run.model, version_id, tier_gate(run.lifecycle.tier, learner.gates),
-                                RollbackMonitor(run.scenario.primary_metric, learner.rollback), who="bench:sabotage")
+                                tier_rollback(run.lifecycle.tier, learner.rollback), who="bench:sabotage")
     if phase_active:
         evaluator.replaced = replaced
     else:

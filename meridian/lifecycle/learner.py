@@ -39,14 +39,7 @@ from meridian.lifecycle.drift_events import BusDriftPublisher
 from meridian.lifecycle.records import EvaluationRecord, LearningRecord, evaluations_stream, records_stream
 from meridian.lifecycle.tiers import Retrainer
 from meridian.model_registry.evaluation import OnlineEvaluator, Phase
-from meridian.model_registry.gates import (
-    TIER_METRICS,
-    GateSettings,
-    RollbackMonitor,
-    RollbackSettings,
-    Tier,
-    tier_gate,
-)
+from meridian.model_registry.gates import GateSettings, RollbackSettings, Tier, tier_gate, tier_rollback
 from meridian.model_registry.registry import ModelRegistry
 from meridian.model_registry.versions import DataWindow, ModelVersion
 
@@ -82,6 +75,7 @@ class LearnerState:
 
     records: int = 0
     dead_lettered: int = 0
+    failed_retrains: int = 0
     refused_evaluations: int = 0
     retrains: list[dict[str, object]] = field(default_factory=list)
     drift_alerts: list[tuple[int, DriftAlert]] = field(default_factory=list)  # (window, alert)
@@ -181,7 +175,14 @@ class ContinualLearner:
         records = [r for r in self.window if r.window >= lookback]
         if len(records) < self.settings.min_train_windows:
             return
-        self.retrain(records, why="drift" if self._retrain_at is not None else "schedule")
+        why = "drift" if self._retrain_at is not None else "schedule"
+        try:
+            self.retrain(records, why=why)
+        except (ValueError, RuntimeError, OSError) as exc:  # a failed retrain must not stop consuming
+            self.state.failed_retrains += 1
+            self._retrain_at, self._last_retrain_window = None, window
+            log.error("learner %s: retrain on windows %d-%d (%s) failed, waiting for the next trigger: %s",
+                      self.model, records[0].window, records[-1].window, why, exc)
 
     def _training_start(self) -> int:
         if self._retrain_at is None:
@@ -219,9 +220,8 @@ class ContinualLearner:
         return version
 
     def _evaluator_for(self, version_id: str) -> OnlineEvaluator:
-        primary = TIER_METRICS[self.tier][0][0]
         return OnlineEvaluator(self.registry, self.model, version_id, tier_gate(self.tier, self.gates),
-                               RollbackMonitor(primary, self.rollback), who=self.who)
+                               tier_rollback(self.tier, self.rollback), who=self.who)
 
     # ------------------------------------------------------------------ evaluating
     def comparing(self) -> tuple[str, str] | None:

@@ -48,6 +48,7 @@ from meridian.model_registry.gates import (
     PromotionGate,
     RollbackDecision,
     RollbackMonitor,
+    RollbackPanel,
     RollbackResult,
 )
 from meridian.model_registry.registry import (
@@ -151,19 +152,21 @@ class OnlineEvaluator:
     """One candidate version's online evaluation (see the module docstring).
 
     ``gate`` judges the current phase (shadow or canary); each later phase gets a fresh gate with the same
-    metrics and sequential test. ``rollback_monitor`` (fresh, on the tier's primary metric) watches the
+    metrics and sequential test. ``rollback_monitor`` (fresh: a panel over the tier's metrics, or one monitor on
+    its primary metric) watches the
     version once active. ``who`` signs every audit record (e.g. ``online-evaluator@regional-eu-1``).
     """
 
     def __init__(self, registry: ModelRegistry, model: str, candidate_version: str, gate: PromotionGate,
-                 rollback_monitor: RollbackMonitor, who: str) -> None:
+                 rollback_monitor: RollbackPanel | RollbackMonitor, who: str) -> None:
         if model_of(candidate_version) != checked_model(model):
             raise ValueError(f"{candidate_version} is not a version of {model}")
         self.registry = registry
         self.model = model
         self.candidate_version = candidate_version
         self.gate = gate
-        self.monitor = rollback_monitor
+        self.monitor = (rollback_monitor if isinstance(rollback_monitor, RollbackPanel)
+                        else RollbackPanel([rollback_monitor.comparison.metric], rollback_monitor.settings))
         self.who = who
         self.replaced: str | None = None  # the version the candidate replaced, once it activated it
         self.agreement = _Agreement()
@@ -211,8 +214,7 @@ class OnlineEvaluator:
             self.last = (self._act_on_gate(result) if result.decision is not GateDecision.HOLD
                          else EvaluationStep(self.phase, "hold", self._gate_evidence(result)))
         elif self.phase is Phase.ACTIVE:
-            metric = self.monitor.comparison.metric
-            verdict = self.monitor.update_many(candidate[metric], active[metric])
+            verdict = self.monitor.update_many(candidate, active)
             self.last = (self._act_on_monitor(verdict) if verdict.decision is not RollbackDecision.WATCH
                          else EvaluationStep(self.phase, "watch", self._monitor_evidence(verdict)))
         return self.last

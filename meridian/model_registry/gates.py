@@ -441,3 +441,57 @@ class RollbackMonitor:
         return RollbackResult(RollbackDecision.WATCH, Evidence(self.comparison.metric, 0, nan, nan, nan, nan, nan,
                                                                nan, nan, 1.0 - self.comparison.alpha, 0.0),
                               "no samples yet")
+
+
+class RollbackPanel:
+    """Rollback monitors on several metrics of one model, so a model that keeps the primary metric but spends
+    more (an autoscaler with fewer violations at +60 % replica-hours) is undone too: **ROLLBACK** as soon as
+    any metric's monitor rolls back (regressed past the bound, or the conservative rule), **KEEP** once every
+    metric's monitor keeps, **WATCH** otherwise. Each monitor latches on its own; the panel's decision is final
+    too. Its result carries the deciding metric's evidence (the primary's while watching or keeping)."""
+
+    def __init__(self, metrics: Sequence[str], settings: RollbackSettings | None = None) -> None:
+        if not metrics:
+            raise ValueError("a rollback panel needs at least one metric")
+        self.settings = settings or RollbackSettings()
+        self.metrics = tuple(metrics)
+        self.monitors = {m: RollbackMonitor(m, self.settings) for m in self.metrics}
+        self.result: RollbackResult | None = None
+
+    @property
+    def primary(self) -> str:
+        return self.metrics[0]
+
+    @property
+    def decided(self) -> bool:
+        return self.result is not None and self.result.decision is not RollbackDecision.WATCH
+
+    def update_many(self, new: Mapping[str, Sequence[float] | np.ndarray],
+                    replaced: Mapping[str, Sequence[float] | np.ndarray]) -> RollbackResult:
+        """Paired outcomes per metric (every panel metric present in both)."""
+        if self.decided:
+            assert self.result is not None
+            return self.result
+        missing = [m for m in self.metrics if m not in new or m not in replaced]
+        if missing:
+            raise ValueError(f"outcomes lack the rollback metrics {missing}")
+        verdicts = {m: monitor.update_many(new[m], replaced[m]) for m, monitor in self.monitors.items()}
+        back = [m for m, v in verdicts.items() if v.decision is RollbackDecision.ROLLBACK]
+        if back:
+            v = verdicts[back[0]]
+            self.result = RollbackResult(RollbackDecision.ROLLBACK, v.evidence, f"{back[0]}: {v.reason}")
+        elif all(v.decision is RollbackDecision.KEEP for v in verdicts.values()):
+            v = verdicts[self.primary]
+            self.result = RollbackResult(RollbackDecision.KEEP, v.evidence,
+                                         f"{', '.join(self.metrics)}: {v.reason}")
+        else:
+            watching = [m for m, v in verdicts.items() if v.decision is RollbackDecision.WATCH]
+            self.result = RollbackResult(RollbackDecision.WATCH, verdicts[self.primary].evidence,
+                                         f"undecided on {', '.join(watching)}")
+        return self.result
+
+
+def tier_rollback(tier: Tier, settings: RollbackSettings | None = None) -> RollbackPanel:
+    """The rollback panel of one tier: every metric of its gate (:data:`TIER_METRICS`), the primary first."""
+    return RollbackPanel([name for name, _ in TIER_METRICS[tier]], settings)
+

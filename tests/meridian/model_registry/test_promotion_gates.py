@@ -218,3 +218,26 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def test_rollback_panel_undoes_a_model_that_keeps_the_primary_but_overspends() -> None:
+    """An autoscaler with fewer violations at 1.6× the replica-hours: one monitor on the primary metric would
+    keep it; the tier's panel rolls it back on replica-hours, and keeps a model within bound on both."""
+    from meridian.model_registry.gates import RollbackPanel, tier_rollback
+
+    rng = np.random.default_rng(3)
+    old_v, old_h = rng.poisson(4.0, 400).astype(float), rng.normal(10.0, 1.0, 400)
+    overspender = {"slo_violation_minutes": 0.5 * old_v, "replica_hours": 1.6 * old_h}
+    replaced = {"slo_violation_minutes": old_v, "replica_hours": old_h}
+    assert RollbackMonitor("slo_violation_minutes").update_many(
+        overspender["slo_violation_minutes"], old_v).decision is RollbackDecision.KEEP
+    panel = tier_rollback("autoscaling")
+    assert panel.metrics == ("slo_violation_minutes", "replica_hours")
+    verdict = panel.update_many(overspender, replaced)
+    assert verdict.decision is RollbackDecision.ROLLBACK and verdict.reason.startswith("replica_hours")
+    assert verdict.evidence.n <= 100
+    within = {"slo_violation_minutes": old_v, "replica_hours": 1.01 * old_h}
+    kept = RollbackPanel(("slo_violation_minutes", "replica_hours")).update_many(within, replaced)
+    assert kept.decision is RollbackDecision.KEEP
+    with pytest.raises(ValueError, match="replica_hours"):
+        RollbackPanel(("replica_hours",)).update_many({"x": [1.0]}, {"x": [1.0]})
