@@ -8,6 +8,7 @@ inside the commands. The tiers are found through the ``meridian.lifecycle`` entr
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
@@ -80,6 +81,8 @@ def bench_lifecycle(
     from meridian.lifecycle.tiers import lifecycle_for
 
     lifecycles = {name: lifecycle_for(name) for name in _models(scenarios)}
+    # Every registration and transition is in the run's audit stream; a line each would bury the progress bar.
+    logging.getLogger("meridian.model_registry").setLevel(logging.WARNING)
     settings = LifecycleBenchSettings(quick=quick, seed=seed, injections=injections)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   transient=True) as bar:
@@ -92,7 +95,8 @@ def bench_lifecycle(
 
         report = run_lifecycle_bench(lifecycles, redis_url=redis_url, out_dir=out_dir, settings=settings,
                                      progress=progress)
-    Console().print(_summary_table(report))
+    console = Console() if Console().is_terminal else Console(width=200)
+    console.print(_summary_table(report))
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(report, indent=2, sort_keys=True, default=str))
@@ -100,7 +104,7 @@ def bench_lifecycle(
 
 
 def _learner(model: str, redis_url: str, artifacts: Path, out_dir: Path, consumer: str,
-             retrain_every: int | None) -> ContinualLearner:
+             retrain_every: int | None, key_prefix: str) -> ContinualLearner:
     from meridian.bus import open_bus
     from meridian.drift import TIER_FEATURES
     from meridian.lifecycle.learner import ContinualLearner, LearnerSettings
@@ -108,10 +112,11 @@ def _learner(model: str, redis_url: str, artifacts: Path, out_dir: Path, consume
     from meridian.model_registry.registry import open_registry
 
     lifecycle = lifecycle_for(model)
-    registry = open_registry(redis_url, artifacts_dir=Path(os.path.expanduser(artifacts)))
+    registry = open_registry(redis_url, artifacts_dir=Path(os.path.expanduser(artifacts)), key_prefix=key_prefix)
     settings = LearnerSettings(consumer=consumer, retrain_every=retrain_every)
     features = TIER_FEATURES[lifecycle.tier]  # live tiers publish their tier's default drift features
-    return ContinualLearner(model=model, tier=lifecycle.tier, registry=registry, bus=open_bus(redis_url),
+    return ContinualLearner(model=model, tier=lifecycle.tier, registry=registry,
+                            bus=open_bus(redis_url, key_prefix=key_prefix),
                             retrainer=lifecycle.retrainer(), features=features, out_dir=out_dir,
                             who=f"learner@{consumer}", settings=settings)
 
@@ -121,6 +126,8 @@ REDIS_OPTION = typer.Option(DEFAULT_REDIS_URL, "--redis", envvar="MERIDIAN_MODEL
                             help="The bus's Redis: the records' streams and the registry.")
 ARTIFACTS_OPTION = typer.Option(DEFAULT_ARTIFACTS, "--artifacts", envvar="MERIDIAN_MODELS_ARTIFACTS",
                                 help="The registry's checkpoint store.")
+PREFIX_OPTION = typer.Option("", "--key-prefix", envvar="MERIDIAN_MODELS_KEY_PREFIX", hidden=True,
+                             help="A prefix for every Redis key (tests).")
 OUT_OPTION = typer.Option(Path("~/.local/share/meridian/retrained"), "--out-dir",
                           help="Where retrained checkpoints are written before registration.")
 
@@ -129,9 +136,11 @@ def learn_serve(model: str = MODEL_OPTION, redis_url: str = REDIS_OPTION, artifa
                 out_dir: Path = OUT_OPTION,
                 consumer: str = typer.Option("learner-1", "--consumer", help="This learner's consumer name."),
                 retrain_every: int | None = typer.Option(None, "--retrain-every", min=1, help="Also retrain every "
-                                                         "n windows; default: only on drift.")) -> None:
+                                                         "n windows; default: only on drift."),
+                key_prefix: str = PREFIX_OPTION) -> None:
     """Consume MODEL's learning and evaluation records until Ctrl-C: drift, retrain, register, evaluate."""
-    learner = _learner(model, redis_url, artifacts, Path(os.path.expanduser(out_dir)), consumer, retrain_every)
+    learner = _learner(model, redis_url, artifacts, Path(os.path.expanduser(out_dir)), consumer, retrain_every,
+                       key_prefix)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     typer.echo(f"learning {model} from {learner.bus_streams()} (Ctrl-C to stop)")
@@ -147,11 +156,12 @@ def learn_serve(model: str = MODEL_OPTION, redis_url: str = REDIS_OPTION, artifa
 
 def learn_once(model: str = MODEL_OPTION, redis_url: str = REDIS_OPTION, artifacts: Path = ARTIFACTS_OPTION,
                out_dir: Path = OUT_OPTION,
-               consumer: str = typer.Option("learner-once", "--consumer", help="Consumer name for this run.")) -> None:
+               consumer: str = typer.Option("learner-once", "--consumer", help="Consumer name for this run."),
+               key_prefix: str = PREFIX_OPTION) -> None:
     """Read MODEL's pending learning records, retrain on them now, register the candidate and start its shadow."""
     from meridian.errors import UserError
 
-    learner = _learner(model, redis_url, artifacts, Path(os.path.expanduser(out_dir)), consumer, None)
+    learner = _learner(model, redis_url, artifacts, Path(os.path.expanduser(out_dir)), consumer, None, key_prefix)
     while learner.step():
         pass
     if not learner.window:
