@@ -179,15 +179,19 @@ def _drift_report(run: ScenarioRun) -> tuple[dict[str, Any] | None, int]:
     return delay, false_alarms
 
 
-def _continual_version(run: ScenarioRun) -> dict[str, Any] | None:
-    """The last candidate the learner trained on windows after the change began."""
-    after = [r for r in run.learner.state.retrains if int(r["train_end"]) >= run.scenario.change_at]
-    return after[-1] if after else None
+def _post_change_retrains(run: ScenarioRun) -> list[dict[str, Any]]:
+    """The learner's retrains whose training window reached into the new regime, in order."""
+    return [r for r in run.learner.state.retrains if int(r["train_end"]) >= run.scenario.change_at]
 
 
-def _comparison(run: ScenarioRun, stale: Path, oracle: Path, continual: dict[str, Any] | None) -> dict[str, Any]:
+def _comparison(run: ScenarioRun, stale: Path, oracle: Path) -> dict[str, Any]:
+    """Stale, oracle, the continually retrained model (the first retrain on new-regime data: the longest
+    stretch of windows none of them was trained on) and the model that ends active, on the windows after that
+    retrain's training window. Every later retrain is compared with the stale model on its own later windows."""
     s = run.scenario
-    start = int(continual["train_end"]) + 1 if continual else s.change_at
+    retrains = _post_change_retrains(run)
+    first = retrains[0] if retrains else None
+    start = int(first["train_end"]) + 1 if first else s.change_at
     windows = range(start, s.windows)
     final = run.registry.active(run.model)
     assert final is not None
@@ -196,9 +200,15 @@ def _comparison(run: ScenarioRun, stale: Path, oracle: Path, continual: dict[str
                               "final_active": {"version": final.version_id,
                                                **run.cache.mean(run.path_of(final.version_id), windows)},
                               "served_after_change": float(np.mean(run.served[s.change_at:]))}
-    report["continual"] = ({"version": continual["version"],
-                            **run.cache.mean(run.path_of(str(continual["version"])), windows)}
-                           if continual else None)
+    report["continual"] = ({"version": first["version"], **run.cache.mean(run.path_of(str(first["version"])),
+                                                                          windows)} if first else None)
+    report["later_retrains"] = []
+    for later in retrains[1:]:
+        own = range(int(later["train_end"]) + 1, s.windows)
+        if len(own):
+            report["later_retrains"].append({"version": later["version"], "eval_windows": [own.start, own.stop],
+                                             "retrained": run.cache.mean(run.path_of(str(later["version"])), own),
+                                             "stale": run.cache.mean(stale, own)})
     return report
 
 
@@ -313,8 +323,8 @@ def run_scenario(lifecycle: TierLifecycle, *, registry: ModelRegistry, bus: Stre
     _register_active(run, stale, who="bench:bootstrap", why="the model before the regime change")
     replay(run)
     delay, false_alarms = _drift_report(run)
-    continual = _continual_version(run)
-    comparison = _comparison(run, stale.path, oracle.path, continual)
+    comparison = _comparison(run, stale.path, oracle.path)
+    continual = comparison["continual"]
     judged = range(*comparison["eval_windows"])
     report: dict[str, Any] = {
         "description": scenario.description, "windows": scenario.windows, "change_at": scenario.change_at,
