@@ -130,7 +130,7 @@ TIER_FEATURES: dict[str, tuple[FeatureSpec, ...]] = {
         FeatureSpec("slo_violations", (Detector.PAGE_HINKLEY,), min_std=0.02, aggregate=15),
     ),
     "autoscaling": (
-        FeatureSpec("request_rate", (Detector.ADWIN,), season_samples=1440),
+        FeatureSpec("request_rate", (Detector.ADWIN,), season_samples=1440, aggregate=15),
         FeatureSpec("forecast_error", (Detector.PAGE_HINKLEY,)),
         FeatureSpec("slo_violations", (Detector.PAGE_HINKLEY,), min_std=0.02, aggregate=15),
     ),
@@ -153,9 +153,14 @@ class DriftPublisher(Protocol):
     def __call__(self, alert: DriftAlert) -> None: ...
 
 
-def _build_detector(kind: Detector, settings: DriftSettings, seed: int) -> drift.ADWIN | drift.KSWIN | drift.PageHinkley:
+ADWIN_CLOCK = 32  # river's default: ADWIN looks for a cut every 32 samples
+
+
+def _build_detector(kind: Detector, settings: DriftSettings, seed: int,
+                    aggregate: int = 1) -> drift.ADWIN | drift.KSWIN | drift.PageHinkley:
     if kind is Detector.ADWIN:
-        return drift.ADWIN(delta=settings.adwin_delta)
+        # Every 32 raw samples, whatever the aggregation: 32 means of 15 minutes would be 8 hours between looks.
+        return drift.ADWIN(delta=settings.adwin_delta, clock=max(1, ADWIN_CLOCK // aggregate))
     if kind is Detector.KSWIN:
         return drift.KSWIN(alpha=settings.kswin_alpha, window_size=settings.kswin_window,
                            stat_size=settings.kswin_stat_size, seed=seed)
@@ -206,11 +211,15 @@ class _FeatureState:
             slots = (np.arange(start, values.size)) % season
             reference = np.empty(season)
             reference[slots] = values[start:]
-            self.profile = seasonal_profile(reference, self.settings.smoothing_samples)
+            # The smoothing is in raw samples: in aggregated slots it is that many times narrower (kept odd, so
+            # the average is centred), or a profile of 15-minute slots would be smoothed over ~8 hours.
+            width = max(1, self.settings.smoothing_samples // self.spec.aggregate)
+            self.profile = seasonal_profile(reference, width + 1 - width % 2)
             values = values - self.profile[np.arange(values.size) % season]
         self.mean = float(values.mean())
         self.std = max(float(values.std()), self.spec.min_std, 1e-12)
-        self.detectors = {kind: _build_detector(kind, self.settings, self.seed) for kind in self.spec.detectors}
+        self.detectors = {kind: _build_detector(kind, self.settings, self.seed, self.spec.aggregate)
+                          for kind in self.spec.detectors}
         self.warmup.clear()
         self.ready = True
 

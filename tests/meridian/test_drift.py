@@ -62,6 +62,7 @@ CHANGES: dict[str, tuple[Detector, int]] = {
     "node_utilisation": (Detector.ADWIN, 160),
     "fragmentation_trend": (Detector.PAGE_HINKLEY, 100),
     "carbon_intensity": (Detector.ADWIN, 160),
+    # 15-minute means (real request series are bursty minute to minute), ADWIN looking every 2 of them
     "request_rate": (Detector.ADWIN, 100),
     "forecast_error": (Detector.PAGE_HINKLEY, 100),
     # 2 % → 6 % of minutes: ~0.027 nats a minute, so even an optimal CUSUM at this false-alarm rate needs
