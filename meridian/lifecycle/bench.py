@@ -212,6 +212,27 @@ def _comparison(run: ScenarioRun, stale: Path, oracle: Path) -> dict[str, Any]:
     return report
 
 
+def _judging_windows(run: ScenarioRun) -> range:
+    """Where sabotaged candidates are judged against the active model: the new regime's windows the active
+    model was not trained on (after its training window when it is a retrain; from the change otherwise).
+    A sabotaged candidate was trained on none of them."""
+    active = run.registry.active(run.model)
+    assert active is not None
+    own = [int(r["train_end"]) for r in run.learner.state.retrains if r["version"] == active.version_id]
+    return range(max([run.scenario.change_at, *(end + 1 for end in own)]), run.scenario.windows)
+
+
+def _retrain_outcomes(run: ScenarioRun) -> list[dict[str, Any]]:
+    """Each retrain with where the online evaluation left it (its state and the last audit reason)."""
+    trail = run.registry.audit(run.model)
+    out = []
+    for retrain in run.learner.state.retrains:
+        mine = [r for r in trail if r.version_id == retrain["version"]]
+        out.append({**retrain, "state": run.registry.get(str(retrain["version"])).state.value,
+                    "last_decision": mine[-1].why if mine else ""})
+    return out
+
+
 def evaluate_injected(run: ScenarioRun, version_id: str, windows: range, *, phase_active: bool = False,
                       replaced: str | None = None) -> tuple[OnlineEvaluator, int]:
     """Evaluate one injected version through the bus and the learner on ``windows``; (evaluator, windows fed)."""
@@ -297,8 +318,11 @@ def _checks(report: dict[str, Any]) -> dict[str, bool]:
         "continual_beats_stale": continual is not None and continual < stale,
         "final_active_not_worse_than_stale": cmp["final_active"][metric] <= stale,
         "no_sabotage_promoted": all(v["promoted"] == 0 for v in report["sabotage_promotions"].values()),
-        "rolled_back_within_bound": all(v["rolled_back"] and v["windows"] <= v["bound_windows"]
-                                        for v in report["rollback_within"].values()),
+        # the random-weights model is the "bad model forced active"; the subtly worse one is reported beside
+        # it: a regression within the monitor's bound is, by design, not something it must undo quickly
+        "bad_model_rolled_back_within_bound": (report["rollback_within"]["random"]["rolled_back"]
+                                               and report["rollback_within"]["random"]["windows"]
+                                               <= report["rollback_within"]["random"]["bound_windows"]),
         "at_most_one_false_alarm": report["false_alarms"] <= 1,
     }
 
@@ -325,13 +349,14 @@ def run_scenario(lifecycle: TierLifecycle, *, registry: ModelRegistry, bus: Stre
     delay, false_alarms = _drift_report(run)
     comparison = _comparison(run, stale.path, oracle.path)
     continual = comparison["continual"]
-    judged = range(*comparison["eval_windows"])
+    judged = _judging_windows(run)
     report: dict[str, Any] = {
         "description": scenario.description, "windows": scenario.windows, "change_at": scenario.change_at,
         "detection_delay": delay, "false_alarms": false_alarms, "comparison": comparison,
         "stale": comparison["stale"][scenario.primary_metric], "oracle": comparison["oracle"][scenario.primary_metric],
         "continual": comparison["continual"][scenario.primary_metric] if continual else None,
-        "retrains": learner.state.retrains, "refused_evaluations": learner.state.refused_evaluations,
+        "retrains": _retrain_outcomes(run), "refused_evaluations": learner.state.refused_evaluations,
+        "failed_retrains": learner.state.failed_retrains, "judged_windows": [judged.start, judged.stop],
     }
     report["sabotage_promotions"] = sabotage(run, judged, settings.injections)
     report["rollback_within"] = forced_rollback(run, judged, settings.injections)

@@ -132,7 +132,9 @@ def test_bench_runner_detects_retrains_promotes_and_rejects_sabotage(registry: M
     assert report["continual"] < report["stale"] and report["oracle"] < report["stale"]
     cmp = report["comparison"]
     assert cmp["final_active"]["version"] == report["retrains"][0]["version"]  # promoted through the gates
-    assert report["refused_evaluations"] == 0
+    assert report["refused_evaluations"] == 0 and report["failed_retrains"] == 0
+    assert report["retrains"][0]["state"] == "active" and "keeps it" in report["retrains"][0]["last_decision"]
+    assert report["judged_windows"][0] == last + 1  # sabotage is judged where the active model never trained
     for kind in ("random", "wrong_regime"):
         assert report["sabotage_promotions"][kind]["promoted"] == 0
         assert report["sabotage_promotions"][kind]["rejected"] == 3
