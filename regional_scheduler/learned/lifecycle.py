@@ -176,8 +176,11 @@ class PlacementRegimeScenario:
         self._stale: PlacementNet | None = None
 
     def drift_features(self) -> tuple[FeatureSpec, ...]:
-        watched = (lw.POD_REQUEST_MIX, lw.NODE_UTILISATION)
-        return tuple(f for f in TIER_FEATURES["placement"] if f.name in watched)
+        """The pod request mix only. Each window fills its nodes from empty, so the requested share rises from
+        0 to ~1 within every window: a sawtooth whose per-pod samples ADWIN cuts whenever the pods per window
+        change (once before the change in the default run), not a utilisation level a cluster drifts from.
+        The records still carry it for a learner that watches a cluster's real utilisation."""
+        return tuple(f for f in TIER_FEATURES["placement"] if f.name == lw.POD_REQUEST_MIX)
 
     def records(self) -> list[LearningRecord]:
         gpus = _node_gpus()
