@@ -72,9 +72,10 @@ class RegimeSettings(BaseModel):
                           "fine-tuned on it leaves ~0.9 fewer pods unschedulable per window than the stale "
                           "one (the reverse change gains nothing: on multi-GPU windows no correction beats "
                           "FGD)")
-    windows: int = Field(380, ge=2, description="windows in the run: enough after the change for drift "
-                         "detection (~10 windows), a retrain, and the gate's shadow and canary phases "
-                         "(≥ 100 paired windows each)")
+    windows: int = Field(480, ge=2, description="windows in the run: enough after the change for drift "
+                         "detection (a few windows), the learner's 100 windows of the new regime before a "
+                         "retrain, the gate's shadow and canary phases (≥ 100 paired windows each) and the "
+                         "rollback monitor's 50 (380 windows end with the retrained model still in canary)")
     change_at: int = Field(60, ge=1, description="first window of the new list: the drift detectors' 1,440-"
                            "sample warm-up is ~22 windows of ~67 multi-GPU pods")
     nodes_per_window: int = Field(lw.NODES_PER_WINDOW, ge=2, description="GPU nodes of a window's cluster")

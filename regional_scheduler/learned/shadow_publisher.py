@@ -1,10 +1,9 @@
 """Evaluation records of a placement candidate running in shadow or canary, for the continual learner.
 
-A :class:`~regional_scheduler.policies.learned.ShadowPolicy` hands every decision's record here
-(:class:`~regional_scheduler.policies.learned.ShadowRecordSink`); every ``window_decisions`` decisions this
-publishes one :class:`~meridian.lifecycle.records.EvaluationRecord` on the model's evaluations stream: per
-arm, the GPU fragmentation its choices add (summed over the window) and the share of decisions on which the
-two models agreed.
+A :class:`~regional_scheduler.policies.learned.ShadowPolicy` hands every decision's record to the publisher
+built here (:class:`~meridian.lifecycle.evaluation_publisher.WindowedEvaluationPublisher`); each window of
+``window_decisions`` decisions becomes one evaluation record: per arm, the GPU fragmentation its choices add
+(summed over the window), and the share of decisions on which the two models agreed.
 
 Why fragmentation is exact and unschedulable pods are not in it: both models rank the same feasible nodes on
 the same cluster snapshot, so each choice's fragmentation increase is measured, not estimated, for the model
@@ -17,51 +16,22 @@ live gate's decision to fragmentation.
 
 from __future__ import annotations
 
-import logging
-import threading
+from collections.abc import Sequence
 
-from meridian.bus import BusError, StreamBus
-from meridian.lifecycle.records import EvaluationRecord, evaluations_stream
+from meridian.bus import StreamBus
+from meridian.lifecycle.evaluation_publisher import WindowedEvaluationPublisher, WindowSummary
 from regional_scheduler.policies.learned import ShadowRecord
 
-log = logging.getLogger(__name__)
+
+def summarise(batch: Sequence[ShadowRecord]) -> WindowSummary:
+    return WindowSummary(
+        candidate={"unschedulable_pods": 0.0, "gpu_fragmentation": sum(r.learned_fragmentation for r in batch)},
+        active={"unschedulable_pods": 0.0, "gpu_fragmentation": sum(r.active_fragmentation for r in batch)},
+        agreed=sum(r.agree for r in batch) / len(batch))
 
 
-class ShadowEvaluationPublisher:
-    """Windows of shadow records → evaluation records on the bus (thread-safe: the dispatch worker's
-    threads may decide concurrently)."""
-
-    def __init__(self, bus: StreamBus, *, candidate: str, active: str, window_decisions: int = 50,
-                 first_window: int = 0) -> None:
-        if window_decisions < 1:
-            raise ValueError("window_decisions must be ≥ 1")
-        self.bus, self.candidate, self.active = bus, candidate, active
-        self.window_decisions = window_decisions
-        self.window = first_window
-        self.published = 0
-        self.lost = 0  # windows the bus refused (logged; the gate simply waits for the next)
-        self._pending: list[ShadowRecord] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, record: ShadowRecord) -> None:
-        with self._lock:
-            self._pending.append(record)
-            if len(self._pending) < self.window_decisions:
-                return
-            batch, self._pending = self._pending, []
-            window, self.window = self.window, self.window + 1
-        self._publish(window, batch)
-
-    def _publish(self, window: int, batch: list[ShadowRecord]) -> None:
-        evaluation = EvaluationRecord(
-            model="placement", window=window, candidate=self.candidate, active=self.active, decisions=len(batch),
-            candidate_outcomes={"unschedulable_pods": 0.0,
-                                "gpu_fragmentation": sum(r.learned_fragmentation for r in batch)},
-            active_outcomes={"unschedulable_pods": 0.0, "gpu_fragmentation": sum(r.active_fragmentation for r in batch)},
-            agreed=sum(r.agree for r in batch) / len(batch))
-        try:
-            self.bus.publish(evaluations_stream("placement"), evaluation.model_dump_json().encode())
-            self.published += 1
-        except BusError as exc:
-            self.lost += 1
-            log.warning("placement shadow window %d not published (the gate waits for the next): %s", window, exc)
+def evaluation_publisher(bus: StreamBus, *, candidate: str, active: str,
+                         window_decisions: int = 50) -> WindowedEvaluationPublisher[ShadowRecord]:
+    """The sink to give ``ShadowPolicy`` while ``candidate`` is judged against ``active``."""
+    return WindowedEvaluationPublisher(bus, model="placement", candidate=candidate, active=active,
+                                       summarise=summarise, window_decisions=window_decisions)

@@ -181,10 +181,10 @@ def test_least_carbon_slo_is_greedy_only_where_no_slo_breaks() -> None:
 
 def test_shadow_routing_records_both_arms_on_the_same_snapshot_and_publishes_windows(redis_bus) -> None:
     from global_scheduler.routing.shadow import ShadowRouting
-    from global_scheduler.routing.shadow_publisher import RoutingEvaluationPublisher
+    from global_scheduler.routing.shadow_publisher import evaluation_publisher
     from meridian.lifecycle.records import EvaluationRecord, evaluations_stream
 
-    publisher = RoutingEvaluationPublisher(redis_bus, candidate="routing-v2", active="routing-v1", window_decisions=2)
+    publisher = evaluation_publisher(redis_bus, candidate="routing-v2", active="routing-v1", window_decisions=2)
     shadow = ShadowRouting(get_policy("least-cost"), get_policy("least-carbon"), sink=publisher)
     router = Router(shadow)
     c = clusters()

@@ -87,9 +87,9 @@ class _OneReplica:
 
 def test_shadow_models_both_arms_outcomes_and_publishes_windows(scenario: Scenario, redis_bus) -> None:  # type: ignore[no-untyped-def]
     from meridian.lifecycle.records import EvaluationRecord, evaluations_stream
-    from regional_scheduler.autoscaling.shadow_publisher import ShadowEvaluationPublisher
+    from regional_scheduler.autoscaling.shadow_publisher import evaluation_publisher
 
-    publisher = ShadowEvaluationPublisher(redis_bus, candidate="autoscaling-v2", active="autoscaling-v1",
+    publisher = evaluation_publisher(redis_bus, candidate="autoscaling-v2", active="autoscaling-v1",
                                           window_decisions=60)
     runner = ShadowRunner(HpaPolicy(), _OneReplica(), sink=publisher)
     scenario.held_back(runner)  # type: ignore[arg-type]

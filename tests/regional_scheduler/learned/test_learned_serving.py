@@ -231,9 +231,9 @@ def test_an_unprepared_feature_builder_reads_gpu_model_scarcity_from_recent_pods
 def test_shadow_records_the_counterfactual_fragmentation_and_publishes_windows(
         untrained_nets, small_gpu_cluster, small_workload, redis_bus) -> None:
     from meridian.lifecycle.records import EvaluationRecord, evaluations_stream
-    from regional_scheduler.learned.shadow_publisher import ShadowEvaluationPublisher
+    from regional_scheduler.learned.shadow_publisher import evaluation_publisher
 
-    publisher = ShadowEvaluationPublisher(redis_bus, candidate="placement-v2", active="placement-v1",
+    publisher = evaluation_publisher(redis_bus, candidate="placement-v2", active="placement-v1",
                                           window_decisions=2)
     shadow = ShadowPolicy(FgdPolicy(), LearnedPolicy(scorer=LearnedScorer(untrained_nets)), sink=publisher)
     decide_each(shadow, small_gpu_cluster, small_workload)
