@@ -7,6 +7,7 @@ inside the commands. The tiers are found through the ``meridian.lifecycle`` entr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -139,19 +140,33 @@ def learn_serve(model: str = MODEL_OPTION, redis_url: str = REDIS_OPTION, artifa
                                                          "n windows; default: only on drift."),
                 key_prefix: str = PREFIX_OPTION) -> None:
     """Consume MODEL's learning and evaluation records until Ctrl-C: drift, retrain, register, evaluate."""
+    from meridian.bus.consumer import run_with_backoff
+    from meridian.bus.settings import ConsumerSettings
+
     learner = _learner(model, redis_url, artifacts, Path(os.path.expanduser(out_dir)), consumer, retrain_every,
                        key_prefix)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    typer.echo(f"learning {model} from {learner.bus_streams()} (Ctrl-C to stop)")
-    try:
-        while not stop.is_set():
-            if learner.step(block_ms=1000):
-                s = learner.state
-                typer.echo(f"records={s.records} drift_alerts={len(s.drift_alerts)} retrains={len(s.retrains)} "
-                           f"dead_lettered={s.dead_lettered}")
-    except KeyboardInterrupt:
-        pass
+    typer.echo(f"learning {model} from {', '.join(learner.bus_streams())} (Ctrl-C to stop)")
+
+    lost_bus = threading.Event()
+
+    def step() -> None:
+        if lost_bus.is_set():  # a restarted Redis may have lost the consumer groups
+            learner.ensure_groups()
+            lost_bus.clear()
+        if learner.step(block_ms=1000):
+            s = learner.state
+            typer.echo(f"records={s.records} drift_alerts={len(s.drift_alerts)} retrains={len(s.retrains)} "
+                       f"failed_retrains={s.failed_retrains} dead_lettered={s.dead_lettered}")
+
+    def on_failure(exc: Exception, delay: float) -> None:
+        # Unacknowledged records stay pending in the group and are read again once Redis is back.
+        lost_bus.set()
+        typer.echo(f"bus unavailable ({exc}); retrying in {delay:g} s", err=True)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        run_with_backoff(stop, step, delays=ConsumerSettings().backoff_s, on_failure=on_failure)
 
 
 def learn_once(model: str = MODEL_OPTION, redis_url: str = REDIS_OPTION, artifacts: Path = ARTIFACTS_OPTION,

@@ -104,8 +104,12 @@ class ContinualLearner:
         self._retrain_at: int | None = None
         self._last_retrain_window = -1
         self._streams = (records_stream(model), evaluations_stream(model))
+        self.ensure_groups()
+
+    def ensure_groups(self) -> None:
+        """Create the consumer groups if they are missing (a new stream, or a Redis restarted without them)."""
         for stream in self._streams:
-            bus.ensure_group(stream, self.settings.group)
+            self.bus.ensure_group(stream, self.settings.group)
 
     def bus_streams(self) -> tuple[str, str]:
         """The learning and evaluation streams this learner consumes."""

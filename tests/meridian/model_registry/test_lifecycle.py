@@ -200,3 +200,19 @@ def test_learner_retrains_on_schedule_and_refuses_evaluation_inside_the_training
     assert learner.evaluator is not None and learner.evaluator.last.decision == "hold"
     assert learner.comparing() == (candidate.version_id, stale.version_id)
 
+
+
+def test_learner_recovers_when_redis_loses_its_streams_and_groups(registry: ModelRegistry, redis_bus: StreamBus,
+                                                                  tmp_path: Path) -> None:
+    """A Redis restarted without persistence has neither the streams nor the groups: the learner's next read
+    recreates its group from the stream's start (the bus's NOGROUP rule), so nothing published after the
+    restart is skipped, and nothing it applied before is applied twice."""
+    learner = _learner(registry, redis_bus, tmp_path)
+    records = ToyScenario(windows=3).records()
+    redis_bus.publish(records_stream("placement"), records[0].model_dump_json().encode())
+    assert learner.step() == 1
+    redis_bus.delete(*learner.bus_streams())
+    for record in records[1:]:
+        redis_bus.publish(records_stream("placement"), record.model_dump_json().encode())
+    assert learner.step() == 2
+    assert [r.window for r in learner.window] == [0, 1, 2]
