@@ -1,0 +1,63 @@
+"""The placement policy a regional scheduler serves under the model registry (real Redis, the tier's real
+validator): the active version served, the candidate in shadow judged on every decision and published to the
+learner, its canary share served."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from meridian.bus import StreamBus
+from meridian.lifecycle.records import EvaluationRecord, evaluations_stream
+from meridian.model_registry.registry import ModelRegistry, open_registry
+from meridian.model_registry.versions import DataWindow, ModelState
+from regional_scheduler.learned.registry_policy import policy_from_registry
+from regional_scheduler.policies.fgd import FgdPolicy
+from regional_scheduler.policies.learned import LearnedPolicy, ShadowPolicy
+from tests.model_registry_helpers import placement_checkpoint
+from tests.placement_helpers import decide_each
+
+WINDOW = DataWindow(start=datetime(2026, 11, 1, tzinfo=UTC), end=datetime(2026, 11, 2, tzinfo=UTC))
+
+
+@pytest.fixture
+def registry(redis_url: str, key_prefix: str, tmp_path: Path) -> Iterator[ModelRegistry]:
+    registry = open_registry(redis_url, artifacts_dir=tmp_path / "store", key_prefix=key_prefix)
+    yield registry
+    registry.close()
+
+
+def _register(registry: ModelRegistry, path: Path, *states: ModelState) -> str:
+    version = registry.register("placement", placement_checkpoint(path), data_window=WINDOW, who="test",
+                                train_command="test")
+    for state in states:
+        registry.promote(version.version_id, state, who="test", why="test")
+    return version.version_id
+
+
+def test_served_policy_follows_the_registry_and_judges_its_candidate(
+        registry: ModelRegistry, redis_bus: StreamBus, tmp_path: Path, small_gpu_cluster, small_workload) -> None:
+    assert isinstance(policy_from_registry(registry, redis_bus), FgdPolicy)  # no version yet: the fallback
+    active = _register(registry, tmp_path / "a.pt", ModelState.SHADOW, ModelState.CANARY, ModelState.ACTIVE)
+    served = policy_from_registry(registry, redis_bus)
+    assert isinstance(served, LearnedPolicy) and served.load_error is None
+    assert served.settings.checkpoint == registry.artifact_path(active)
+
+    candidate = _register(registry, tmp_path / "b.pt", ModelState.SHADOW)
+    shadow = policy_from_registry(registry, redis_bus, window_decisions=2)
+    assert isinstance(shadow, ShadowPolicy) and shadow.canary is None
+    assert shadow.learned.settings.checkpoint == registry.artifact_path(candidate)
+    decide_each(shadow, small_gpu_cluster, small_workload)
+    windows = [EvaluationRecord.model_validate_json(e.payload)
+               for e in redis_bus.read_range(evaluations_stream("placement"))]
+    assert windows and {(w.candidate, w.active) for w in windows} == {(candidate, active)}
+    assert len(windows) == len(shadow.records) // 2
+
+    registry.promote(candidate, ModelState.CANARY, who="test", why="test")
+    canary = policy_from_registry(registry, redis_bus, canary_share=1.0)
+    assert isinstance(canary, ShadowPolicy) and canary.canary is not None
+    served_nodes = decide_each(canary, small_gpu_cluster, small_workload)
+    assert served_nodes == [r.learned_node for r in canary.records]  # share 1.0: the candidate serves every pod
