@@ -219,3 +219,43 @@ def test_shadow_routing_leaves_deferrals_unpaired() -> None:
     shadow = ShadowRouting(get_policy("least-carbon"), Defers())
     Router(shadow).decide(clusters, workload(deferrable=True, deadline_hours=5.0))
     assert shadow.unpaired == 1 and not shadow.records
+
+
+def test_routing_policy_follows_the_registry_and_judges_its_candidate(redis_url, key_prefix, redis_bus,
+                                                                     tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime
+
+    from global_scheduler.routing.gnn_routing import GnnRouting
+    from global_scheduler.routing.registry_policy import policy_from_registry
+    from global_scheduler.routing.shadow import ShadowRouting
+    from meridian.lifecycle.records import EvaluationRecord, evaluations_stream
+    from meridian.model_registry.registry import open_registry
+    from meridian.model_registry.versions import DataWindow
+    from tests.model_registry_helpers import routing_checkpoint
+
+    registry = open_registry(redis_url, artifacts_dir=tmp_path / "store", key_prefix=key_prefix)
+    window = DataWindow(start=datetime(2026, 11, 1, tzinfo=UTC), end=datetime(2026, 11, 2, tzinfo=UTC))
+
+    def register(name: str, *states: str) -> str:
+        version = registry.register("routing", routing_checkpoint(tmp_path / name), data_window=window,
+                                    who="test", train_command="test")
+        for state in states:
+            registry.promote(version.version_id, state, who="test", why="test")
+        return version.version_id
+
+    try:
+        assert policy_from_registry(registry, redis_bus).name == "least-carbon-slo"
+        active = register("a.pt", "shadow", "canary", "active")
+        served = policy_from_registry(registry, redis_bus)
+        assert isinstance(served, GnnRouting) and served.net is not None
+        candidate = register("b.pt", "shadow")
+        shadow = policy_from_registry(registry, redis_bus, window_decisions=2)
+        assert isinstance(shadow, ShadowRouting) and isinstance(shadow.candidate, GnnRouting)
+        router = Router(shadow)
+        for _ in range(4):
+            router.decide(clusters, workload())
+        windows = [EvaluationRecord.model_validate_json(e.payload)
+                   for e in redis_bus.read_range(evaluations_stream("routing"))]
+        assert len(windows) == 2 and {(w.candidate, w.active) for w in windows} == {(candidate, active)}
+    finally:
+        registry.close()
