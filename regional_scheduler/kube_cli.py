@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from meridian.observability import MetricsServer
     from regional_scheduler.extender import ExtenderServer
     from regional_scheduler.kube_scheduler import KubernetesScheduler, KubeSchedulerSettings
+    from regional_scheduler.policies.base import ScorePolicy
     from regional_scheduler.service import RegionalScheduler
     from regional_scheduler.summary_publisher import RegionalTelemetry
 
@@ -55,6 +57,11 @@ def regional_scheduler_command(
     workload_namespace: str | None = typer.Option(None, "--workload-namespace", help="namespace of the dispatched "
                                                   "workloads' objects [env MERIDIAN_KUBE_DISPATCH_NAMESPACE, default "
                                                   "meridian-workloads]"),
+    models_from_registry: bool = typer.Option(False, "--models-from-registry/--no-models-from-registry",
+                                              envvar="MERIDIAN_REGIONAL_MODELS_FROM_REGISTRY",
+                                              help="with --bus-url: serve the model registry's active placement "
+                                              "version (--policy while there is none) and judge its candidate in "
+                                              "shadow or canary (docs/model-lifecycle.md); read at start-up"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="debug logging"),
 ) -> None:
     """Schedule the cluster's pods that set schedulerName: meridian (and/or serve the extender)."""
@@ -72,7 +79,7 @@ def regional_scheduler_command(
         "bus_url": bus_url, "region": region,
     })
     api = _kube_api(kubeconfig, pool_size=settings.bind_workers + 8)
-    service = RegionalScheduler(cluster=settings.cluster, policy=settings.policy)
+    service = RegionalScheduler(cluster=settings.cluster, policy=served_policy(settings, models_from_registry))
     runner = KubernetesScheduler(api=api, service=service, settings=settings)
     metrics = obs.start_metrics_server(obs.MetricsSettings(**({"port": metrics_port} if metrics_port is not None
                                                               else {})))
@@ -82,6 +89,27 @@ def regional_scheduler_command(
         telemetry = _start_telemetry(settings, service, runner, kubeconfig=kubeconfig, dispatch=dispatch,
                                      workload_namespace=workload_namespace)
     sys.exit(_serve(runner, schedule=schedule, telemetry=telemetry, server=server, metrics=metrics))
+
+
+def served_policy(settings: KubeSchedulerSettings, from_registry: bool) -> str | ScorePolicy:
+    """The placement policy: the settings' name, or the registry's active version and candidate
+    (:func:`regional_scheduler.learned.registry_policy.policy_from_registry`) on the bus's Redis."""
+    if not from_registry:
+        return settings.policy
+    if not settings.bus_url:
+        raise typer.BadParameter("--models-from-registry needs --bus-url (the registry lives in the bus's Redis)")
+    from meridian.bus import open_bus
+    from meridian.model_registry.registry import open_registry
+    from regional_scheduler.learned.registry_policy import policy_from_registry
+
+    # The same variables as `meridian models` (MERIDIAN_MODELS_KEY_PREFIX: a test's private prefix).
+    artifacts = os.path.expanduser(os.environ.get("MERIDIAN_MODELS_ARTIFACTS", "~/.local/share/meridian/models"))
+    prefix = os.environ.get("MERIDIAN_MODELS_KEY_PREFIX", "")
+    registry = open_registry(settings.bus_url, artifacts_dir=artifacts, key_prefix=prefix, with_bus=False)
+    try:
+        return policy_from_registry(registry, open_bus(settings.bus_url, key_prefix=prefix), fallback=settings.policy)
+    finally:
+        registry.close()
 
 
 def _scheduler_settings(options: dict[str, object]) -> KubeSchedulerSettings:

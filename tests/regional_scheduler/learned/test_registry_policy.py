@@ -61,3 +61,25 @@ def test_served_policy_follows_the_registry_and_judges_its_candidate(
     assert isinstance(canary, ShadowPolicy) and canary.canary is not None
     served_nodes = decide_each(canary, small_gpu_cluster, small_workload)
     assert served_nodes == [r.learned_node for r in canary.records]  # share 1.0: the candidate serves every pod
+
+
+def test_the_regional_scheduler_command_serves_the_registry_when_asked(
+        registry: ModelRegistry, redis_url: str, key_prefix: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import typer
+
+    from regional_scheduler.kube_cli import served_policy
+    from regional_scheduler.kube_scheduler import KubeSchedulerSettings
+
+    settings = KubeSchedulerSettings(cluster="c1", policy="best-fit", bus_url=redis_url)
+    assert served_policy(settings, False) == "best-fit"
+    with pytest.raises(typer.BadParameter, match="--bus-url"):
+        served_policy(KubeSchedulerSettings(cluster="c1", policy="best-fit"), True)
+    monkeypatch.setenv("MERIDIAN_MODELS_ARTIFACTS", str(tmp_path / "store"))
+    monkeypatch.setenv("MERIDIAN_MODELS_KEY_PREFIX", key_prefix)
+    assert served_policy(settings, True).name == "best-fit"  # type: ignore[union-attr]  # an empty registry
+    _register(registry, tmp_path / "a.pt", ModelState.SHADOW, ModelState.CANARY, ModelState.ACTIVE)
+    candidate = _register(registry, tmp_path / "b.pt", ModelState.SHADOW)
+    policy = served_policy(settings, True)
+    assert isinstance(policy, ShadowPolicy) and isinstance(policy.active, LearnedPolicy)
+    assert policy.learned.settings.checkpoint == registry.artifact_path(candidate)
