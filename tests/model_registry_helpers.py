@@ -48,3 +48,16 @@ def autoscaling_checkpoint(path: Path, *, feature_layout: list[str] | None = Non
         payload["feature_layout"] = list(feature_layout)
         torch.save(payload, path)
     return path
+
+
+def register_version(registry: Any, model: str, checkpoint: Path, *states: str) -> str:
+    """Register ``checkpoint`` (already written) as a version of ``model`` and walk it through ``states``; its id."""
+    from datetime import UTC, datetime
+
+    from meridian.model_registry.versions import DataWindow
+
+    window = DataWindow(start=datetime(2026, 11, 1, tzinfo=UTC), end=datetime(2026, 11, 2, tzinfo=UTC))
+    version = registry.register(model, checkpoint, data_window=window, who="test", train_command="test")
+    for state in states:
+        registry.promote(version.version_id, state, who="test", why="test")
+    return str(version.version_id)

@@ -223,25 +223,17 @@ def test_shadow_routing_leaves_deferrals_unpaired() -> None:
 
 def test_routing_policy_follows_the_registry_and_judges_its_candidate(redis_url, key_prefix, redis_bus,
                                                                      tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from datetime import UTC, datetime
-
     from global_scheduler.routing.gnn_routing import GnnRouting
     from global_scheduler.routing.registry_policy import policy_from_registry
     from global_scheduler.routing.shadow import ShadowRouting
     from meridian.lifecycle.records import EvaluationRecord, evaluations_stream
     from meridian.model_registry.registry import open_registry
-    from meridian.model_registry.versions import DataWindow
-    from tests.model_registry_helpers import routing_checkpoint
+    from tests.model_registry_helpers import register_version, routing_checkpoint
 
     registry = open_registry(redis_url, artifacts_dir=tmp_path / "store", key_prefix=key_prefix)
-    window = DataWindow(start=datetime(2026, 11, 1, tzinfo=UTC), end=datetime(2026, 11, 2, tzinfo=UTC))
 
     def register(name: str, *states: str) -> str:
-        version = registry.register("routing", routing_checkpoint(tmp_path / name), data_window=window,
-                                    who="test", train_command="test")
-        for state in states:
-            registry.promote(version.version_id, state, who="test", why="test")
-        return version.version_id
+        return register_version(registry, "routing", routing_checkpoint(tmp_path / name), *states)
 
     try:
         assert policy_from_registry(registry, redis_bus).name == "least-carbon-slo"

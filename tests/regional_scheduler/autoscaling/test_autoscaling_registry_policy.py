@@ -5,7 +5,6 @@ canary the candidate live for the deployments of its share, its records saying s
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -14,15 +13,13 @@ import torch
 from meridian.bus import StreamBus
 from meridian.lifecycle.records import EvaluationRecord, evaluations_stream
 from meridian.model_registry.registry import ModelRegistry, open_registry
-from meridian.model_registry.versions import DataWindow, ModelState
+from meridian.model_registry.versions import ModelState
 from regional_scheduler.autoscaling.dqn.checkpoint import load_checkpoint
 from regional_scheduler.autoscaling.policies.learned_policy import LearnedPolicy
 from regional_scheduler.autoscaling.registry_policy import policy_from_registry
 from regional_scheduler.autoscaling.scenario import build_scenario
 from regional_scheduler.autoscaling.shadow import ShadowRunner
-from tests.model_registry_helpers import autoscaling_checkpoint
-
-WINDOW = DataWindow(start=datetime(2026, 11, 1, tzinfo=UTC), end=datetime(2026, 11, 2, tzinfo=UTC))
+from tests.model_registry_helpers import autoscaling_checkpoint, register_version
 
 
 @pytest.fixture
@@ -33,11 +30,7 @@ def registry(redis_url: str, key_prefix: str, tmp_path: Path) -> Iterator[ModelR
 
 
 def _register(registry: ModelRegistry, path: Path, *states: ModelState) -> str:
-    version = registry.register("autoscaling", autoscaling_checkpoint(path), data_window=WINDOW, who="test",
-                                train_command="test")
-    for state in states:
-        registry.promote(version.version_id, state, who="test", why="test")
-    return version.version_id
+    return register_version(registry, "autoscaling", autoscaling_checkpoint(path), *states)
 
 
 def test_deployment_policy_follows_the_registry_and_judges_its_candidate(

@@ -5,7 +5,6 @@ learner, its canary share served."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -13,14 +12,12 @@ import pytest
 from meridian.bus import StreamBus
 from meridian.lifecycle.records import EvaluationRecord, evaluations_stream
 from meridian.model_registry.registry import ModelRegistry, open_registry
-from meridian.model_registry.versions import DataWindow, ModelState
+from meridian.model_registry.versions import ModelState
 from regional_scheduler.learned.registry_policy import policy_from_registry
 from regional_scheduler.policies.fgd import FgdPolicy
 from regional_scheduler.policies.learned import LearnedPolicy, ShadowPolicy
-from tests.model_registry_helpers import placement_checkpoint
+from tests.model_registry_helpers import placement_checkpoint, register_version
 from tests.placement_helpers import decide_each
-
-WINDOW = DataWindow(start=datetime(2026, 11, 1, tzinfo=UTC), end=datetime(2026, 11, 2, tzinfo=UTC))
 
 
 @pytest.fixture
@@ -31,11 +28,7 @@ def registry(redis_url: str, key_prefix: str, tmp_path: Path) -> Iterator[ModelR
 
 
 def _register(registry: ModelRegistry, path: Path, *states: ModelState) -> str:
-    version = registry.register("placement", placement_checkpoint(path), data_window=WINDOW, who="test",
-                                train_command="test")
-    for state in states:
-        registry.promote(version.version_id, state, who="test", why="test")
-    return version.version_id
+    return register_version(registry, "placement", placement_checkpoint(path), *states)
 
 
 def test_served_policy_follows_the_registry_and_judges_its_candidate(
