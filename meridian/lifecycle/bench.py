@@ -246,7 +246,7 @@ def evaluate_injected(run: ScenarioRun, version_id: str, windows: range, *, phas
     learner.evaluator, learner.train_end = evaluator, windows.start - 1
     fed = 0
     for w in windows:
-        if evaluator.phase in (Phase.DONE,) or (not phase_active and evaluator.phase is Phase.ACTIVE):
+        if evaluator.phase is Phase.DONE or (not phase_active and evaluator.phase is Phase.ACTIVE):
             break
         _publish_evaluation(run, w)
         learner.step()

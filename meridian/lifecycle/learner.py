@@ -100,7 +100,6 @@ class ContinualLearner:
         self.window: deque[LearningRecord] = deque(maxlen=self.settings.train_windows)
         self.evaluator: OnlineEvaluator | None = None
         self.train_end = -1  # last window the current candidate was trained on
-        self._last_window = -1
         self._retrain_at: int | None = None
         self._last_retrain_window = -1
         self._streams = (records_stream(model), evaluations_stream(model))
@@ -157,7 +156,6 @@ class ContinualLearner:
         """One learning record: keep it for training, feed drift, retrain when due."""
         self.state.records += 1
         self.window.append(record)
-        self._last_window = max(self._last_window, record.window)
         self.drift_events.window = record.window
         for name in self.drift.features:
             for alert in self.drift.update_many(name, record.features.get(name, ())):

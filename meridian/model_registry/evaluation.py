@@ -15,7 +15,7 @@ replica-hour, SLO-violation minutes) is the gate's metrics (:func:`~.gates.tier_
   - **canary**: the two arms' outcome streams (:meth:`OnlineEvaluator.observe_arm`), paired in arrival order
     (matched windows: the i-th window of each arm);
   - **active** (after the evaluator activated it, or a version forced active): paired outcomes of the new
-    model and the one it replaced, for the :class:`~.gates.RollbackMonitor`.
+    model and the one it replaced, for the :class:`~.gates.RollbackPanel`.
 
   The gate's PROMOTE moves the candidate shadow → canary, then canary → active (a fresh gate with the same
   metrics and test for each phase: decisions latch); REJECT retires it; after activation the monitor's
@@ -47,7 +47,6 @@ from meridian.model_registry.gates import (
     GateResult,
     PromotionGate,
     RollbackDecision,
-    RollbackMonitor,
     RollbackPanel,
     RollbackResult,
 )
@@ -152,21 +151,20 @@ class OnlineEvaluator:
     """One candidate version's online evaluation (see the module docstring).
 
     ``gate`` judges the current phase (shadow or canary); each later phase gets a fresh gate with the same
-    metrics and sequential test. ``rollback_monitor`` (fresh: a panel over the tier's metrics, or one monitor on
-    its primary metric) watches the
+    metrics and sequential test. ``rollback_monitor`` (fresh: a panel over the tier's metrics,
+    :func:`~.gates.tier_rollback`) watches the
     version once active. ``who`` signs every audit record (e.g. ``online-evaluator@regional-eu-1``).
     """
 
     def __init__(self, registry: ModelRegistry, model: str, candidate_version: str, gate: PromotionGate,
-                 rollback_monitor: RollbackPanel | RollbackMonitor, who: str) -> None:
+                 rollback_monitor: RollbackPanel, who: str) -> None:
         if model_of(candidate_version) != checked_model(model):
             raise ValueError(f"{candidate_version} is not a version of {model}")
         self.registry = registry
         self.model = model
         self.candidate_version = candidate_version
         self.gate = gate
-        self.monitor = (rollback_monitor if isinstance(rollback_monitor, RollbackPanel)
-                        else RollbackPanel([rollback_monitor.comparison.metric], rollback_monitor.settings))
+        self.monitor = rollback_monitor
         self.who = who
         self.replaced: str | None = None  # the version the candidate replaced, once it activated it
         self.agreement = _Agreement()

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from meridian.model_registry.evaluation import Arm, CanarySplit, OnlineEvaluator, Phase
-from meridian.model_registry.gates import RollbackMonitor, tier_gate
+from meridian.model_registry.gates import RollbackPanel, tier_gate
 from meridian.model_registry.registry import ActiveVersionChangedError, ModelRegistry
 from meridian.model_registry.versions import ModelState, ModelVersion
 
@@ -39,7 +39,7 @@ def placement_outcomes(rng: np.random.Generator, n: int, effect: float, fragment
 
 def evaluator_for(registry: ModelRegistry, version: ModelVersion) -> OnlineEvaluator:
     return OnlineEvaluator(registry, "placement", version.version_id, tier_gate("placement"),
-                           RollbackMonitor("unschedulable_pods"), WHO)
+                           RollbackPanel(("unschedulable_pods",)), WHO)
 
 
 def feed_paired(evaluator: OnlineEvaluator, rng: np.random.Generator, effect: float, fragmentation_effect: float,
