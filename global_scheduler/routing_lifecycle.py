@@ -1,4 +1,4 @@
-"""The routing tier's part in continual learning (``meridian bench lifecycle --model routing``).
+"""The routing tier's part in continual learning (``meridian bench lifecycle --scenarios routing``).
 
 Regime change: the federation of :mod:`global_scheduler.routing_lifecycle_sim` (four regions, two clusters
 each, the DLRM trace's arrivals, each region's real hourly carbon) runs on its usual grids until window
@@ -8,14 +8,8 @@ daily swing it never had.
 
 The router reads each cluster's carbon intensity now and its day-ahead forecast, so the stale model sees the
 change in its inputs and mostly generalises: what it has not learnt is only the new regime's trade-offs
-(which cluster the hindsight teacher prefers once the clean capacity it relied on is gone). Measured on the
-default scenario's last 300 windows (seed 0), carbon per replica-hour: stale 24.68 g, retrained 48 windows
-after the change 24.71 g, oracle 24.38 g (−1.2 %), wrong regime 28.1 g, freshly initialised weights 30.2 g;
-no model had an SLO violation. Over five other pairs of training seeds the retrained model beat its stale
-parent by 0.17-0.49 g (0.7-2.1 %), and beat the same parent fine-tuned on old-regime records instead in four
-of them (by 0.36-0.57 g): the gain is real but small and not reliable, inside the promotion gate's 2 % margin
-and of the size of the differences between training seeds (another zone for eu-north, US-CAL-CISO 2021, and Norway's grid for
-eu-central measured alike).
+(which cluster the hindsight teacher prefers once the clean capacity it relied on is gone). The gain is real but
+small and not reliable (docs/results-lifecycle.md, "How the scenarios were chosen").
 
 Windows, records and outcomes:
 

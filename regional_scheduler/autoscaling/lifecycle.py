@@ -1,4 +1,4 @@
-"""The autoscaling tier's part in continual learning (``meridian bench lifecycle --model autoscaling``).
+"""The autoscaling tier's part in continual learning (``meridian bench lifecycle --scenarios autoscaling``).
 
 * :class:`AutoscalingRetrainer` fine-tunes the DQN from learning records alone: it rebuilds the
   deployment's request series from the records' ``data`` (:mod:`.lifecycle_records`), the service and

@@ -17,13 +17,9 @@ series' days before ``new_first_day`` (never a scenario window); wrong-regime ca
 from it on a third series (Wikipedia's hourly page views: no minute noise at all), rescaled to the old
 series' 99th percentile.
 
-What the default scenario shows (seed 0; retrains on windows 212-311, the learner's 100 post-alert
-windows; figures summed over windows 322-671): the stale model has 170 SLO-violation minutes at 459
-replica-hours, the oracle 169 at 454, retrains of seeds 0-3 197 / 133 / 165 / 140 at 415 / 523 / 453 /
-465. A short DQN fine-tune moves the policy along the violations-for-replicas trade-off by more than it
-improves on it, so whether a retrain passes the gate (fewer violations at no more than 1 % more
-replica-hours) depends on its seed; random networks hold many more replicas (30-65 violations at 609-767
-replica-hours), which the gate's replica-hours constraint rejects.
+A short DQN fine-tune moves the policy along the violations-for-replicas trade-off by more than it improves on
+it, so whether a retrain passes the gate (fewer violations at no more than 1 % more replica-hours) depends on
+its seed (docs/results-lifecycle.md, "How the scenarios were chosen").
 
 A checkpoint's outcome on a window is its counterfactual (:func:`.lifecycle_replay.window_outcomes`),
 simulated per block of ``block_windows`` windows from that block's defined start state, so a window's value

@@ -1,4 +1,4 @@
-"""The placement tier's part in continual learning (``meridian bench lifecycle --model placement``).
+"""The placement tier's part in continual learning (``meridian bench lifecycle --scenarios placement``).
 
 * :class:`PlacementRetrainer` searches the learned correction over FGD again from learning records
   alone: the pods and nodes of the most recent windows (:mod:`.lifecycle_windows`), replayed as episodes
@@ -17,18 +17,7 @@
 
 The names of the regimes, window counts and training budgets are one :class:`RegimeSettings`.
 
-Default scenario, seed 0, unschedulable pods per window on 150 post-change windows no retrain read
-(windows 110–259), mean and paired difference (± standard error) from the stale model:
-
-| model | unschedulable pods | vs stale | GPU fragmentation |
-| --- | --- | --- | --- |
-| stale (multigpu50 windows) | 21.91 | — | 0.147 |
-| retrained on windows 62–85 (24, the default) | 21.01 | −0.89 ± 0.17 | — |
-| retrained on windows 62–109 (48) | 21.00 | −0.91 ± 0.18 | 0.144 |
-| oracle (48 gpushare100 windows of its own) | 21.02 | −0.89 ± 0.18 | 0.144 |
-| wrong regime (stale skewed, σ 0.3), 3 indices | 21.85–22.05 | −0.05 … +0.14 (± 0.15) | 0.147–0.149 |
-| the same skewed with σ 0.6, 4 indices | 21.80–22.13 | −0.11 … +0.23 (± 0.16) | — |
-| random | 25.85 | +3.94 ± 0.34 | 0.176 |
+The measurements behind these choices: docs/results-lifecycle.md, "How the scenarios were chosen".
 """
 
 from __future__ import annotations
