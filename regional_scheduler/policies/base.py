@@ -10,7 +10,7 @@ the scheduler's seeded generator instead, as kube-scheduler's ``selectHost`` doe
 
 Optional extension points are small protocols a policy *declares* by inheriting them (kube-scheduler's
 ``PreFilterPlugin``, ``ReservePlugin``, …): :class:`WorkloadAware`, :class:`ObservesUnschedulable`,
-:class:`ChoosesTieBreak` and :class:`ReportsRunCounts`. They are ``runtime_checkable``, and the scheduler
+:class:`ChoosesTieBreak`, :class:`ReportsRunCounts` and :class:`ScoresWithFragmentation`. They are ``runtime_checkable``, and the scheduler
 asks ``isinstance`` once, when it is given the policy, never ``getattr`` per decision. They are
 protocols rather than no-op methods on a base class because a score policy is itself a protocol
 (:class:`ScorePolicy`): the policies, test doubles and experiments are plain classes with no common
@@ -86,6 +86,16 @@ class ReportsRunCounts(Protocol):
 
     def run_counts(self) -> dict[str, float]:
         """Counter name → value, merged into ``RunResult.final``."""
+        ...
+
+
+@runtime_checkable
+class ScoresWithFragmentation(Protocol):
+    """A policy whose score comes from each node's GPU fragmentation increase (FGD) and can hand it back with
+    the score: the shadow mode's counterfactual then costs no second FGD pass. Declared by FGD."""
+
+    def score_with_delta(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> tuple[Scores, np.ndarray]:
+        """:meth:`ScorePolicy.score` and each node's fragmentation increase."""
         ...
 
 

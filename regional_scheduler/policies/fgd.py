@@ -35,7 +35,12 @@ import numpy as np
 from meridian.cluster_state import ClusterState
 from meridian.fragmentation import TargetWorkload, shape_key
 from meridian.model import Pod
-from regional_scheduler.policies.base import ObservesUnschedulable, Scores, WorkloadAware
+from regional_scheduler.policies.base import (
+    ObservesUnschedulable,
+    Scores,
+    ScoresWithFragmentation,
+    WorkloadAware,
+)
 from regional_scheduler.policies.fgd_score import after_per_type, fragments_now, node_score, weigh
 
 NAME = "fgd"
@@ -106,7 +111,7 @@ class _Rows:
         return np.flatnonzero(self.assigned[self.of_type] > generation)
 
 
-class FgdPolicy(WorkloadAware, ObservesUnschedulable):
+class FgdPolicy(WorkloadAware, ObservesUnschedulable, ScoresWithFragmentation):
     name = NAME
 
     def __init__(self, workload: TargetWorkload | None = None) -> None:

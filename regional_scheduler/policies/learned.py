@@ -43,6 +43,7 @@ from regional_scheduler.policies.base import (
     ReportsRunCounts,
     ScorePolicy,
     Scores,
+    ScoresWithFragmentation,
     WorkloadAware,
 )
 from regional_scheduler.policies.fgd import FgdPolicy
@@ -164,8 +165,9 @@ class ShadowPolicy(WorkloadAware, ObservesUnschedulable):
     The learned policy's errors never affect the active decision (they are counted as fallbacks by
     the learned policy itself). ``records`` keeps the last ``history`` decisions. With ``canary``, the pods
     its split assigns to the candidate (by pod name: a stable hash, so a retried pod keeps its arm) are served
-    by the learned choice. Each record carries both choices' fragmentation increase, measured by an FGD
-    scorer of the shadow's own (the same target workload the policies read), and goes to ``sink``.
+    by the learned choice. Each record carries both choices' fragmentation increase — from the active policy's
+    own score when it declares :class:`ScoresWithFragmentation` (FGD), else from an FGD scorer of the shadow's
+    own (the same target workload the policies read) — and goes to ``sink``.
     """
 
     def __init__(self, active: ScorePolicy, learned: LearnedPolicy, *, history: int = 10_000,
@@ -176,22 +178,29 @@ class ShadowPolicy(WorkloadAware, ObservesUnschedulable):
         self.records: deque[ShadowRecord] = deque(maxlen=history)
         self.canary = canary
         self.sink = sink
-        self._fragmentation = FgdPolicy()
+        self._fragmentation = None if isinstance(active, ScoresWithFragmentation) else FgdPolicy()
         self.n_decisions = 0
         self.n_agree = 0
 
     def prepare(self, state: ClusterState, workload: Sequence[Pod]) -> None:
         for policy in (self.active, self.learned, self._fragmentation):
-            if isinstance(policy, WorkloadAware):
+            if policy is not None and isinstance(policy, WorkloadAware):
                 policy.prepare(state, workload)
 
     def observe_unschedulable(self, state: ClusterState, pod: Pod) -> None:
         for policy in (self.active, self.learned, self._fragmentation):
-            if isinstance(policy, ObservesUnschedulable):
+            if policy is not None and isinstance(policy, ObservesUnschedulable):
                 policy.observe_unschedulable(state, pod)
 
-    def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> Scores:
+    def _active_score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> tuple[Scores, np.ndarray]:
+        if isinstance(self.active, ScoresWithFragmentation):
+            return self.active.score_with_delta(state, pod, nodes)
+        assert self._fragmentation is not None
         result = self.active.score(state, pod, nodes)
+        return result, self._fragmentation.score_with_delta(state, pod, nodes)[1]
+
+    def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> Scores:
+        result, delta = self._active_score(state, pod, nodes)
         try:
             shadow = self.learned.score(state, pod, nodes)
             learned_at = select_best(shadow.scores)
@@ -199,7 +208,6 @@ class ShadowPolicy(WorkloadAware, ObservesUnschedulable):
             log.warning("shadow scoring failed for pod %s: %s", pod.name, exc)
             return result
         active_at = select_best(result.scores)
-        _, delta = self._fragmentation.score_with_delta(state, pod, nodes)
         serve_candidate = self.canary is not None and self.canary.serves_candidate(pod.name)
         record = ShadowRecord(pod.name, int(nodes[active_at]), int(nodes[learned_at]), float(delta[active_at]),
                               float(delta[learned_at]), "candidate" if serve_candidate else "active")

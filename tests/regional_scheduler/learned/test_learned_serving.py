@@ -262,3 +262,20 @@ def test_canary_serves_the_candidate_on_its_share_of_pods(untrained_nets, small_
     nothing = ShadowPolicy(FgdPolicy(), LearnedPolicy(scorer=LearnedScorer(untrained_nets)), canary=CanarySplit(0.0))
     assert decide_each(nothing, small_gpu_cluster, small_workload) == decide_each(FgdPolicy(), small_gpu_cluster,
                                                                                   small_workload)
+
+
+def test_shadow_reads_fgds_own_fragmentation_and_measures_it_for_other_active_policies(
+        untrained_nets, small_gpu_cluster, small_workload) -> None:
+    from regional_scheduler.policies.registry import get_policy
+
+    beside_fgd = ShadowPolicy(FgdPolicy(), LearnedPolicy(scorer=LearnedScorer(untrained_nets)))
+    assert beside_fgd._fragmentation is None  # FGD's score already carries the fragmentation increase
+    beside_best_fit = ShadowPolicy(get_policy("best-fit"), LearnedPolicy(scorer=LearnedScorer(untrained_nets)))
+    assert beside_best_fit._fragmentation is not None
+    decide_each(beside_fgd, small_gpu_cluster, small_workload)
+    decide_each(beside_best_fit, small_gpu_cluster, small_workload)
+    # the learned arm decides alike beside either active policy on the first pod (same empty cluster), and its
+    # fragmentation increase is measured the same way whichever policy is active
+    first_fgd, first_bf = beside_fgd.records[0], beside_best_fit.records[0]
+    assert first_fgd.learned_node == first_bf.learned_node
+    assert first_fgd.learned_fragmentation == pytest.approx(first_bf.learned_fragmentation)
