@@ -299,13 +299,14 @@ def forced_rollback(run: ScenarioRun, windows: range, index: int) -> dict[str, A
         evaluator, fed = evaluate_injected(run, bad, windows, phase_active=True, replaced=before.version_id)
         fed_windows = range(windows.start, windows.start + fed)
         bad_path, old_path = run.path_of(bad), run.path_of(before.version_id)
-        damage = {k: float(sum(run.cache.get(bad_path, w)[k] - run.cache.get(old_path, w)[k] for w in fed_windows))
-                  for k in run.cache.get(bad_path, windows.start)}
+        bad_mean, old_mean = run.cache.mean(bad_path, fed_windows), run.cache.mean(old_path, fed_windows)
+        excess = {k: bad_mean[k] - old_mean[k] for k in bad_mean}  # per window, in the metric's own unit
         rolled_back = run.registry.get(bad).state is ModelState.RETIRED
         if not rolled_back:  # the monitor did not decide within the windows left: undo by hand, say so
             run.registry.rollback(run.model, who="bench:forced", why="windows ran out before the monitor decided")
         report[kind] = {"rolled_back": rolled_back, "windows": fed, "decisions": run.decisions(fed_windows),
-                        "bound_windows": run.learner.rollback.max_decisions, "damage": damage,
+                        "bound_windows": run.learner.rollback.max_decisions,
+                        "damage": {k: fed * v for k, v in excess.items()}, "damage_per_window": excess,
                         "decision": evaluator.last.decision}
     return report
 
