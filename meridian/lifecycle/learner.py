@@ -123,11 +123,15 @@ class ContinualLearner:
             entries = self.bus.claim_stale(stream, s.group, s.consumer, min_idle_ms=s.claim_idle_ms,
                                            count=s.read_count)
             entries += self.bus.read_group(stream, s.group, s.consumer, count=s.read_count, block_ms=block_ms)
-            for entry in entries:
-                self._apply_entry(stream, entry, apply)
-            if entries:
-                self.bus.ack(stream, s.group, [e.entry_id for e in entries])
-            applied += len(entries)
+            done: list[str] = []
+            try:
+                for entry in entries:
+                    self._apply_entry(stream, entry, apply)
+                    done.append(entry.entry_id)
+            finally:  # what was applied is acknowledged even when a later entry raises (e.g. Redis went away)
+                if done:
+                    self.bus.ack(stream, s.group, done)
+            applied += len(done)
         return applied
 
     def _apply_entry(self, stream: str, entry: StreamEntry, apply: Callable[[bytes], None]) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from prometheus_client import CollectorRegistry
 
 from meridian.bus import StreamBus
@@ -216,3 +217,22 @@ def test_learner_recovers_when_redis_loses_its_streams_and_groups(registry: Mode
         redis_bus.publish(records_stream("placement"), record.model_dump_json().encode())
     assert learner.step() == 2
     assert [r.window for r in learner.window] == [0, 1, 2]
+
+
+def test_entries_applied_before_a_failure_are_acknowledged_and_the_rest_stay_pending(
+        registry: ModelRegistry, redis_bus: StreamBus, tmp_path: Path) -> None:
+    """A retrain that raises something the learner does not handle stops the step at that record: the records
+    before it are acknowledged (never applied twice), it and the ones after stay pending for a retry."""
+
+    class Broken(ToyRetrainer):
+        def train(self, records, *, parent, out, seed):  # type: ignore[no-untyped-def]
+            raise KeyError("no GPU model table")
+
+    learner = _learner(registry, redis_bus, tmp_path, retrain_every=3, min_train_windows=1)
+    learner.retrainer = Broken()
+    for record in ToyScenario(windows=6).records():
+        redis_bus.publish(records_stream("placement"), record.model_dump_json().encode())
+    with pytest.raises(KeyError, match="no GPU model table"):
+        learner.step()
+    assert learner.state.records == 3  # windows 0, 1, 2; the retrain at window 2 raised
+    assert redis_bus.pending(records_stream("placement"), "learner") == 4  # window 2's, and windows 3-5 read but not applied
