@@ -110,13 +110,18 @@ class ScenarioRun:
     records: list[LearningRecord]
     progress: Progress
     served: list[float] = field(default_factory=list)
+    _paths: dict[str, Path] = field(default_factory=dict)
 
     @property
     def model(self) -> str:
         return self.lifecycle.model
 
     def path_of(self, version_id: str) -> Path:
-        return self.registry.artifact_path(version_id)
+        """The version's checkpoint, digest-checked by the store the first time only: the replay asks for the
+        active model's path every window, and re-hashing the same file each time checks nothing new."""
+        if version_id not in self._paths:
+            self._paths[version_id] = self.registry.artifact_path(version_id)
+        return self._paths[version_id]
 
     def decisions(self, windows: range) -> int:
         return sum(self.records[w].decisions for w in windows)
