@@ -54,11 +54,13 @@ class AutoscaleEnv(gym.Env[np.ndarray, int]):
         scenario = self.scenarios[int(self.np_random.integers(len(self.scenarios)))]
         first = min(1440, scenario.split.train_end_minute - self.episode_minutes - 1)
         start = int(self.np_random.integers(max(first, 0), scenario.split.train_end_minute - self.episode_minutes))
-        sizing = scenario.context.sizing
-        load = scenario.load[start]
-        initial = math.ceil((load if np.isfinite(load) else 1.0) / sizing.target_utilisation)
+        return self.begin_episode(scenario, start)
+
+    def begin_episode(self, scenario: Scenario, start: int) -> tuple[np.ndarray, dict[str, Any]]:
+        """An episode of ``scenario`` from minute ``start``: the replicas the target utilisation needs for that
+        minute's load (:func:`initial_replicas`), no backlog, fresh guard rails."""
         self._sim = ServiceSimulator(scenario.load, scenario.settings.service,
-                                     initial_replicas=min(max(initial, sizing.min_replicas, 1), sizing.max_replicas),
+                                     initial_replicas=initial_replicas(scenario, start),
                                      start_minute=start, end_minute=start + self.episode_minutes)
         self._sim.reset()
         self._scenario = scenario
@@ -90,3 +92,12 @@ class AutoscaleEnv(gym.Env[np.ndarray, int]):
         truncated = sim.done
         return (observation_features(context, sim.observe() if not truncated else obs), reward, False, truncated,
                 {"violated": violated, "replicas": replicas})
+
+
+def initial_replicas(scenario: Scenario, minute: int) -> int:
+    """The replicas the target utilisation needs for ``minute``'s load (1 replica's worth when it is missing),
+    within the service's bounds: an episode's start state."""
+    sizing = scenario.context.sizing
+    load = scenario.load[minute]
+    initial = math.ceil((load if np.isfinite(load) else 1.0) / sizing.target_utilisation)
+    return min(max(initial, sizing.min_replicas, 1), sizing.max_replicas)

@@ -26,7 +26,7 @@ import torch
 
 from regional_scheduler.autoscaling.dqn.algorithm import DQN
 from regional_scheduler.autoscaling.dqn.policy import QNetwork
-from regional_scheduler.autoscaling.env import AutoscaleEnv
+from regional_scheduler.autoscaling.env import AutoscaleEnv, initial_replicas
 from regional_scheduler.autoscaling.forecaster import SeasonalForecaster
 from regional_scheduler.autoscaling.policies.base import PolicyContext
 from regional_scheduler.autoscaling.policies.learned_policy import LearnedPolicy
@@ -75,13 +75,6 @@ def deployment_scenario(deployment: Deployment, settings: AutoscalerSettings | N
     return Scenario(series=series, split=split, load=load, context=context, settings=settings)
 
 
-def _initial_replicas(scenario: Scenario, minute: int) -> int:
-    sizing = scenario.context.sizing
-    load = scenario.load[minute]
-    initial = math.ceil((load if np.isfinite(load) else 1.0) / sizing.target_utilisation)
-    return min(max(initial, sizing.min_replicas, 1), sizing.max_replicas)
-
-
 def window_outcomes(network: QNetwork, scenario: Scenario, first_minute: int, windows: int,
                     window_minutes: int) -> dict[str, np.ndarray]:
     """SLO-violation minutes and replica-hours of the learned policy on each of ``windows`` windows from
@@ -89,7 +82,7 @@ def window_outcomes(network: QNetwork, scenario: Scenario, first_minute: int, wi
     warm_start = max(0, first_minute - WARM_UP_MINUTES)
     end = first_minute + windows * window_minutes
     simulator = ServiceSimulator(scenario.load, scenario.settings.service,
-                                 initial_replicas=_initial_replicas(scenario, warm_start),
+                                 initial_replicas=initial_replicas(scenario, warm_start),
                                  start_minute=warm_start, end_minute=end)
     policy = LearnedPolicy(network)
     policy.reset(scenario.context)
@@ -113,24 +106,13 @@ class StretchEnv(AutoscaleEnv):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
-        from regional_scheduler.autoscaling.features import observation_features
-        from regional_scheduler.autoscaling.guard_rails import GuardRails
-        from regional_scheduler.autoscaling.policies.forecast_policy import slo_utilisation
 
         gym_reset = super(AutoscaleEnv, self).reset
         gym_reset(seed=seed)
         scenario = self.scenarios[0]
         last_start = self.end_minute - self.episode_minutes
         start = int(self.np_random.integers(self.first_minute, max(last_start, self.first_minute + 1)))
-        self._sim = ServiceSimulator(scenario.load, scenario.settings.service,
-                                     initial_replicas=_initial_replicas(scenario, start),
-                                     start_minute=start, end_minute=start + self.episode_minutes)
-        self._sim.reset()
-        self._scenario = scenario
-        self._rails = GuardRails(scenario.context.guard_rail_settings())
-        self._u_slo = slo_utilisation(scenario.context)
-        self._minute = 0
-        return observation_features(scenario.context, self._sim.observe()), {"series": scenario.name}
+        return self.begin_episode(scenario, start)
 
 
 class FineTuningDQN(DQN):
