@@ -17,7 +17,6 @@ from global_scheduler.routing.shadow import ShadowRouting
 from global_scheduler.routing.shadow_publisher import evaluation_publisher
 from meridian.bus import StreamBus
 from meridian.model_registry.registry import ModelRegistry
-from meridian.model_registry.versions import ModelState
 
 MODEL = "routing"
 
@@ -27,10 +26,9 @@ def policy_from_registry(registry: ModelRegistry, bus: StreamBus, *, fallback: s
     """The served routing policy, in a shadow of the registry's candidate when there is one."""
     active = registry.active_checkpoint(MODEL)
     served: RoutingPolicy = GnnRouting(active[1]) if active else get_policy(fallback)
-    judged = [v for v in registry.versions(MODEL) if v.state in (ModelState.SHADOW, ModelState.CANARY)]
-    if not judged:
+    candidate = registry.judged(MODEL)
+    if candidate is None:
         return served
-    candidate = judged[-1]
     sink = evaluation_publisher(bus, candidate=candidate.version_id,
                                 active=active[0].version_id if active else f"unversioned:{fallback}",
                                 window_decisions=window_decisions)

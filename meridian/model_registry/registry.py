@@ -191,6 +191,12 @@ class ModelRegistry:
         version = self.active(model)
         return None if version is None else (version, self.artifacts.get(version.artifact_digest))
 
+    def judged(self, model: str) -> ModelVersion | None:
+        """The newest version in shadow or canary: the candidate a tier runs beside its active model (the
+        continual learner evaluates one at a time), or None."""
+        judged = [v for v in self.versions(model) if v.state in (ModelState.SHADOW, ModelState.CANARY)]
+        return judged[-1] if judged else None
+
     def lineage(self, version_id: str) -> list[ModelVersion]:
         """The version and its ancestors, newest first (a parent that is missing ends the chain)."""
         chain = [self.get(version_id)]

@@ -40,10 +40,9 @@ def policy_from_registry(registry: ModelRegistry, bus: StreamBus, *, deployment:
     """The policy ``deployment`` (``namespace/name``) runs, in a shadow runner while a candidate is judged."""
     active = registry.active_checkpoint(MODEL)
     served: AutoscalingPolicy = _learned(active[1]) if active else get_policy(fallback)
-    judged = [v for v in registry.versions(MODEL) if v.state in (ModelState.SHADOW, ModelState.CANARY)]
-    if not judged:
+    candidate_version = registry.judged(MODEL)
+    if candidate_version is None:
         return served
-    candidate_version = judged[-1]
     candidate = _learned(registry.artifact_path(candidate_version.version_id))
     live_candidate = (candidate_version.state is ModelState.CANARY
                       and CanarySplit(canary_share, salt=candidate_version.version_id).serves_candidate(deployment))

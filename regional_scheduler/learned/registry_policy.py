@@ -39,10 +39,9 @@ def policy_from_registry(registry: ModelRegistry, bus: StreamBus, *, fallback: s
     active = registry.active_checkpoint(MODEL)
     served: ScorePolicy = (LearnedPolicy(base.model_copy(update={"checkpoint": active[1]})) if active
                            else get_policy(fallback))
-    judged = [v for v in registry.versions(MODEL) if v.state in (ModelState.SHADOW, ModelState.CANARY)]
-    if not judged:
+    candidate = registry.judged(MODEL)
+    if candidate is None:
         return served
-    candidate = judged[-1]  # the newest: the learner evaluates one candidate at a time
     learned = LearnedPolicy(base.model_copy(update={"checkpoint": registry.artifact_path(candidate.version_id)}))
     canary = (CanarySplit(canary_share, salt=candidate.version_id) if candidate.state is ModelState.CANARY
               else None)
