@@ -38,9 +38,9 @@ Timing (:class:`LeaderElector`), as client-go's leaderelection
 * Failover after a leader dies: at most L (its lock expires) + R (the follower's next try) + the time
   to restore the store from Redis (``GlobalScheduler.resume``) before the new leader routes.
 
-Hazards: the lock key and ``meridian:workloads`` are touched by one script, so on a Redis Cluster they
-must share a slot (not the case for the key names used; HA targets one Redis or a Sentinel pair). A
-Redis failover that loses the lock's last write (asynchronous replication) can give two leaders a
+Hazards: the lock key and a workload bucket are touched by one script, so on a Redis Cluster they would
+have to share a slot, and the buckets have their own hash tags; HA targets one Redis or a Sentinel pair, and
+the global scheduler refuses HA on a ``redis+cluster://`` bus. A Redis failover that loses the lock's last write (asynchronous replication) can give two leaders a
 term each; the fencing check is then only as good as that replica's copy of the lock.
 """
 
@@ -120,8 +120,10 @@ class RedisLease:
     """The lock's operations on one Redis (redis-py client, keys under ``key_prefix``). Connection
     failures raise :class:`BusUnavailableError`."""
 
-    def __init__(self, client: Any, *, key_prefix: str = "", lock_key: str = LOCK_KEY) -> None:
+    def __init__(self, client: Any, *, key_prefix: str = "", lock_key: str = LOCK_KEY,
+                 wait_timeout_ms: int = 2000) -> None:
         self.client = client
+        self.wait_timeout_ms = wait_timeout_ms
         self.key_prefix = key_prefix
         self.lock_key = key_prefix + lock_key
         self.epoch_key = key_prefix + lock_key + ":epoch"
@@ -157,16 +159,34 @@ class RedisLease:
     def current(self) -> LeaderRecord | None:
         return LeaderRecord.parse(self._run(lambda: self.client.get(self.lock_key)))
 
-    def fenced_hash_set(self, token: str, key: str, items: Mapping[str, bytes]) -> None:
+    def fenced_hash_set(self, token: str, key: str, items: Mapping[str, bytes], *, replicas: int = 0) -> None:
         if items:
             args: list[Any] = [token]
             for k, v in items.items():
                 args += [k, v]
-            self._run(lambda: self._hset(keys=[self.lock_key, self.key_prefix + key], args=args))
+            self._fenced(self._hset, key, args, replicas)
 
-    def fenced_hash_delete(self, token: str, key: str, fields: Sequence[str]) -> None:
+    def fenced_hash_delete(self, token: str, key: str, fields: Sequence[str], *, replicas: int = 0) -> None:
         if fields:
-            self._run(lambda: self._hdel(keys=[self.lock_key, self.key_prefix + key], args=[token, *fields]))
+            self._fenced(self._hdel, key, [token, *fields], replicas)
+
+    def _fenced(self, script: Any, key: str, args: list[Any], replicas: int) -> None:
+        """The fenced script, then (``replicas`` > 0) ``WAIT`` on the same connection, as the bus's durable writes."""
+        keys = [self.lock_key, self.key_prefix + key]
+        if replicas <= 0:
+            self._run(lambda: script(keys=keys, args=args))
+            return
+
+        def write() -> Any:
+            pipe = self.client.pipeline(transaction=False)
+            script(keys=keys, args=args, client=pipe)
+            pipe.execute_command("WAIT", replicas, self.wait_timeout_ms)
+            return pipe.execute()
+
+        _, acked = self._run(write)
+        if int(acked) < replicas:
+            raise BusUnavailableError(f"store write to {key} reached {acked} of {replicas} replica(s) within "
+                                      f"{self.wait_timeout_ms} ms; not acknowledged")
 
 
 class LeaderElector:
@@ -314,16 +334,16 @@ class Fence:
             raise FencedError("store write refused: this replica is not the leader")
         return token
 
-    def hash_set(self, key: str, items: Mapping[str, bytes]) -> None:
+    def hash_set(self, key: str, items: Mapping[str, bytes], *, replicas: int = 0) -> None:
         try:
-            self.lease.fenced_hash_set(self._current(), key, items)
+            self.lease.fenced_hash_set(self._current(), key, items, replicas=replicas)
         except FencedError:
             self.refused += 1
             raise
 
-    def hash_delete(self, key: str, fields: Sequence[str]) -> None:
+    def hash_delete(self, key: str, fields: Sequence[str], *, replicas: int = 0) -> None:
         try:
-            self.lease.fenced_hash_delete(self._current(), key, fields)
+            self.lease.fenced_hash_delete(self._current(), key, fields, replicas=replicas)
         except FencedError:
             self.refused += 1
             raise

@@ -16,7 +16,7 @@ itself):
   collector's view of live objects (``gc.freeze``): full collections over a growing store were the
   API's latency tail.
 * **summaries**: applies ``ClusterSummary`` entries from ``meridian:summary`` to the registry.
-* **events**: applies ``PlacementEvent`` entries from every ``meridian:events:{cluster}``; an event of
+* **events**: applies ``PlacementEvent`` entries from every ``meridian:{cluster}:events``; an event of
   an old attempt is ignored. ``FAILED`` excludes that cluster for the workload and reroutes it.
 * **sweeper**: marks silent clusters down and reroutes their workloads (failover); a release is sent
   to the silent cluster so that, should it come back, it frees what it held. When a cluster comes
@@ -106,7 +106,8 @@ class GlobalScheduler:
         self.bus = bus
         self.clock = clock
         self.instance = instance or f"global-{uuid.uuid4().hex[:8]}"
-        self.store = WorkloadStore(bus if settings.store.persist else None, fence=fence)  # type: ignore[arg-type]
+        self.store = WorkloadStore(bus if settings.store.persist else None, fence=fence,  # type: ignore[arg-type]
+                                   buckets=settings.store.buckets, replicas=settings.store.wait_replicas)
         self.registry = ClusterRegistry.from_settings(settings.registry)  # reads registry.config_file
         kwargs = {"checkpoint": settings.routing.checkpoint} if settings.routing.policy == "gnn" else {}
         self.worker: RoutingWorker | None = None

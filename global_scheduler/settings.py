@@ -96,7 +96,8 @@ spelt ``POLL_BLOCK_MS``), ``__CLAIM_IDLE_MS``, ``__BATCH``, ``__BACKOFF_S``."""
 class BusSettings(GlobalConsumer):
     model_config = ConfigDict(extra="ignore")  # as the other groups: an unknown MERIDIAN_GLOBAL_BUS__* is ignored
 
-    url: str = Field("redis://127.0.0.1:6379/0", description="Stream bus URL (redis://… or memory://).")
+    url: str = Field("redis://127.0.0.1:6379/0", description="Stream bus URL (redis://…, "
+                     "redis+cluster://host:port for a Redis Cluster, or memory://).")
     key_prefix: str = Field("", description="Prefix of every stream and key (tests isolate themselves with it).")
     dispatch_maxlen: int = Field(100_000, ge=1000, description="Approximate bound (entries) of each dispatch "
                                  "stream; a regional worker acknowledges within seconds, so this is hours of backlog.")
@@ -199,6 +200,13 @@ class StoreSettings(BaseModel):
     terminal_retention_s: float = Field(7 * 86400.0, gt=0, description="Failed and cancelled workloads are "
                                         "forgotten (and their idempotency keys freed) this long after their last "
                                         "change, so the store does not grow forever. 7 days: a week of audit.")
+    buckets: int = Field(16, ge=1, le=4096, description="Hashes the records are split over "
+                         "(meridian:workloads:{bNNN}), each its own Redis Cluster slot. Fixed for the life of the "
+                         "data: restore reads buckets 0 … buckets-1.")
+    wait_replicas: int = Field(0, ge=0, le=16, description="Replicas that must confirm every record write (Redis "
+                               "WAIT) before a submission or a dispatch is acknowledged. 1 on a Redis Cluster or a "
+                               "Redis with a replica, so a failover loses no accepted workload; 0: the primary's "
+                               "reply is enough (a single Redis).")
 
 
 class HaSettings(BaseModel):
@@ -260,3 +268,11 @@ class GlobalSchedulerSettings(BaseSettings):
     store: StoreSettings = Field(default_factory=StoreSettings)
     ha: HaSettings = Field(default_factory=HaSettings)
     models: ModelsSettings = Field(default_factory=ModelsSettings)
+
+    @model_validator(mode="after")
+    def _ha_needs_one_redis(self) -> GlobalSchedulerSettings:
+        if self.ha.enabled and self.bus.url.split("://", 1)[0].endswith("+cluster"):
+            raise ValueError("ha.enabled with a Redis Cluster bus (redis+cluster://): the leader lock and the workload "
+                             "buckets are checked and written by one script, which a Redis Cluster cannot run across "
+                             "slots; run HA on one Redis with a replica (Sentinel), or one replica on a Redis Cluster")
+        return self

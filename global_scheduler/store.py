@@ -4,7 +4,9 @@ One lock guards the maps; every change bumps the record's version and notifies a
 ``WatchWorkload`` streams wait on. Records are kept as protobuf ``Workload`` messages so the API returns
 them without conversion (copies are handed out, never the stored message).
 
-Durability: with a bus, every record is also kept in the hash ``meridian:workloads`` (Redis). A new
+Durability: with a bus, every record is also kept in Redis, in one of ``buckets`` hashes chosen by its id
+(:func:`bucket_key`, ``meridian:workloads:{b007}``: each bucket its own hash tag, so a Redis Cluster spreads
+the records over its primaries and no single key holds them all). A new
 workload is written *before* ``SubmitWorkload`` answers, so an accepted workload and its idempotency key
 survive a restart of the scheduler (the same key after a restart still gives the same workload, never
 two). New records are written by group commit: concurrent submissions join one open batch and one of
@@ -12,6 +14,13 @@ them writes the whole batch in a single ``HSET`` while the others wait for it, s
 a round trip to Redis (holding the store's lock there serialised every API call behind Redis). A record
 becomes visible (``get``, the router, a second submission with its key) only once its batch is written;
 a submission with a key whose record is still being written waits for that write's outcome.
+
+With ``replicas`` > 0 (a Redis with replicas, e.g. a Redis Cluster) every write waits for that many replicas
+(``WAIT``) before the submission or the dispatch it guards is acknowledged, so a primary lost in a failover
+takes no accepted workload with it; a write its replicas did not confirm fails the submission (the caller
+retries with its idempotency key). Such a failed write may still be on the primary: after a restart,
+:meth:`WorkloadStore.restore` keeps only the newest record per idempotency key, the one whose submission
+was answered, so a retried submission is never routed twice.
 
 Later changes mark the record dirty and :meth:`WorkloadStore.flush` writes all dirty records in one
 round trip; the engine flushes before it publishes a dispatch and before it acknowledges events, so what
@@ -31,17 +40,31 @@ import logging
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from global_scheduler.validation import ParsedRequests, parse_requests
 from meridian.bus import StreamBus
+from meridian.bus.streams import workload_bucket
 from protos import global_api_pb2 as api
 
 log = logging.getLogger(__name__)
 
-WORKLOADS_KEY = "meridian:workloads"
+#: Default number of workload buckets: enough to spread over the primaries of a large Redis Cluster; fixed
+#: for the life of a store's data (restore reads buckets 0 … n-1).
+DEFAULT_BUCKETS = 16
+
+
+def bucket_keys(buckets: int = DEFAULT_BUCKETS) -> list[str]:
+    """Every bucket of a store with ``buckets`` buckets (what ``restore`` reads)."""
+    return [workload_bucket(i) for i in range(buckets)]
+
+
+def bucket_key(workload_id: str, buckets: int) -> str:
+    """The hash holding ``workload_id``'s record: a stable hash of the id (crc32), not Python's salted ``hash``."""
+    return workload_bucket(zlib.crc32(workload_id.encode()) % buckets)
 
 TERMINAL = frozenset({api.WORKLOAD_STATE_FAILED, api.WORKLOAD_STATE_CANCELLED, api.WORKLOAD_STATE_SUCCEEDED})
 ACTIVE_ON_CLUSTER = frozenset({api.WORKLOAD_STATE_DISPATCHED, api.WORKLOAD_STATE_SCHEDULED,
@@ -51,9 +74,9 @@ ACTIVE_ON_CLUSTER = frozenset({api.WORKLOAD_STATE_DISPATCHED, api.WORKLOAD_STATE
 class HashWriter(Protocol):
     """Where the store's records are written: the bus, or a fence in front of it."""
 
-    def hash_set(self, key: str, items: Mapping[str, bytes]) -> None: ...
+    def hash_set(self, key: str, items: Mapping[str, bytes], *, replicas: int = 0) -> None: ...
 
-    def hash_delete(self, key: str, fields: Sequence[str]) -> None: ...
+    def hash_delete(self, key: str, fields: Sequence[str], *, replicas: int = 0) -> None: ...
 
 
 def _varint_bytes(value: int) -> int:
@@ -85,9 +108,16 @@ class _Batch:
 
 
 class WorkloadStore:
-    def __init__(self, bus: StreamBus | None = None, *, fence: HashWriter | None = None) -> None:
+    def __init__(self, bus: StreamBus | None = None, *, fence: HashWriter | None = None,
+                 buckets: int = DEFAULT_BUCKETS, replicas: int = 0) -> None:
         """``fence`` (high availability, :class:`global_scheduler.leadership.Fence`): writes go through it, and
-        are refused (``FencedError``, nothing written) unless this replica still holds the leader lock."""
+        are refused (``FencedError``, nothing written) unless this replica still holds the leader lock.
+        ``buckets``: how many hashes the records are split over; ``replicas``: how many replicas must confirm
+        every write before it is acknowledged (0: the primary's reply is enough)."""
+        if buckets < 1:
+            raise ValueError(f"buckets must be >= 1, not {buckets}")
+        self.buckets = buckets
+        self.replicas = replicas
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._entries: dict[str, Entry] = {}
@@ -167,8 +197,7 @@ class WorkloadStore:
             assert taken is not None  # ``batch`` is not done, so it is still the open one
             try:
                 # Raises BusUnavailableError before anything is kept: the callers answer UNAVAILABLE.
-                self._writer.hash_set(WORKLOADS_KEY, {wid: e.workload.SerializeToString()  # type: ignore[union-attr]
-                                                   for wid, e in taken.records.items()})
+                self._write({wid: e.workload.SerializeToString() for wid, e in taken.records.items()})
             except Exception as exc:
                 taken.error = exc
             with self._lock:
@@ -232,12 +261,26 @@ class WorkloadStore:
                 items = {wid: self._entries[wid].workload.SerializeToString() for wid in self._dirty}
                 self._dirty.clear()
             try:
-                self._writer.hash_set(WORKLOADS_KEY, items)  # type: ignore[union-attr]
+                self._write(items)
             except Exception:
                 with self._lock:
                     self._dirty.update(items)
                 raise
             return len(items)
+
+    def _by_bucket(self, ids: Sequence[str] | Mapping[str, bytes]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for wid in ids:
+            out.setdefault(bucket_key(wid, self.buckets), []).append(wid)
+        return out
+
+    def _write(self, records: Mapping[str, bytes]) -> None:
+        """Write records to their buckets (one round trip per bucket touched); the first failure raises, and
+        the caller treats the whole write as failed (a bucket already written is rewritten on retry)."""
+        writer = self._writer
+        assert writer is not None
+        for key, ids in self._by_bucket(records).items():
+            writer.hash_set(key, {wid: records[wid] for wid in ids}, replicas=self.replicas)
 
     def restore(self) -> list[api.Workload]:
         """Load the records a previous run kept (submission order). A record that cannot be read is logged
@@ -245,15 +288,26 @@ class WorkloadStore:
         if self._bus is None:
             return []
         loaded: list[tuple[api.Workload, ParsedRequests]] = []
-        for wid, raw in self._bus.hash_items(WORKLOADS_KEY):
-            try:
-                w = api.Workload.FromString(raw)
-                if w.id != wid:
-                    raise ValueError(f"record holds workload {w.id!r}")
-                loaded.append((w, parse_requests(w.spec.requests)))
-            except Exception as exc:
-                log.error("workload record %s in %s is unreadable (%s); skipped", wid, WORKLOADS_KEY, exc)
+        for index in range(self.buckets):
+            key = workload_bucket(index)
+            for wid, raw in self._bus.hash_items(key):
+                try:
+                    w = api.Workload.FromString(raw)
+                    if w.id != wid:
+                        raise ValueError(f"record holds workload {w.id!r}")
+                    loaded.append((w, parse_requests(w.spec.requests)))
+                except Exception as exc:
+                    log.error("workload record %s in %s is unreadable (%s); skipped", wid, key, exc)
         loaded.sort(key=lambda item: (item[0].created_unix_s, item[0].id))
+        # One record per idempotency key: the newest is the submission that was answered; an older one is a
+        # write whose acknowledgement failed (e.g. too few replicas), left on the primary. Never route both.
+        newest = {w.idempotency_key: w.id for w, _ in loaded if w.idempotency_key}
+        superseded = [w.id for w, _ in loaded if w.idempotency_key and newest[w.idempotency_key] != w.id]
+        if superseded:
+            log.warning("%d workload record(s) superseded by a later submission with the same idempotency key "
+                        "(an unacknowledged write); not restored: %s", len(superseded), ", ".join(superseded[:10]))
+            skip = set(superseded)
+            loaded = [item for item in loaded if item[0].id not in skip]
         with self._lock:
             for w, requests in loaded:
                 if w.id in self._entries:
@@ -270,7 +324,9 @@ class WorkloadStore:
             if not gone:
                 return 0
             if self._bus is not None:
-                self._writer.hash_delete(WORKLOADS_KEY, gone)  # type: ignore[union-attr]
+                assert self._writer is not None
+                for key, ids in self._by_bucket(gone).items():
+                    self._writer.hash_delete(key, ids, replicas=self.replicas)
             dropped = set(gone)
             for wid in gone:
                 e = self._entries.pop(wid)

@@ -1,4 +1,4 @@
-"""The regional side of dispatch: consume ``meridian:dispatch:{cluster}``, place replicas, report back.
+"""The regional side of dispatch: consume ``meridian:{cluster}:dispatch``, place replicas, report back.
 
 A thin stream consumer in front of the cluster's
 :class:`~regional_scheduler.service.RegionalScheduler` (kopf-style: keyword-only parameters, back-off
@@ -91,7 +91,7 @@ class DispatchWorkerSettings(StreamConsumerSettings):
     flat_bus_names: ClassVar[Mapping[str, str]] = {"batch": "batch", "block_ms": "block_ms", "claim_idle_ms": "claim_idle_ms",
                       "backoff_s": "backoff_s"}
 
-    cluster: str = Field("local", min_length=1, description="This cluster's name (selects meridian:dispatch:{cluster}).")
+    cluster: str = Field("local", min_length=1, description="This cluster's name (selects meridian:{cluster}:dispatch).")
     bus_url: str = Field("redis://127.0.0.1:6379/0", description="Stream bus URL (redis://… or memory://).")
     publish_summaries: bool = Field(True, description="Publish ClusterSummary of the worker's own state; off when "
                                     "a telemetry consumer publishes this cluster's summaries.")
@@ -446,7 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m regional_scheduler.dispatch_worker",
                                      description="One regional dispatch worker on a simulated cluster of openb "
                                      "nodes. Settings: MERIDIAN_DISPATCH_* (the flags override them).")
-    parser.add_argument("--cluster", help="this cluster's name: it reads meridian:dispatch:CLUSTER "
+    parser.add_argument("--cluster", help="this cluster's name: it reads meridian:{CLUSTER}:dispatch "
                         f"(default $MERIDIAN_DISPATCH_CLUSTER, else {defaults['cluster'].default!r})")
     parser.add_argument("--region", help="the region its summaries report, which workloads' allowed regions name "
                         f"(default $MERIDIAN_DISPATCH_REGION, else {defaults['region'].default!r})")

@@ -48,11 +48,11 @@ def regional_scheduler_command(
     schedule: bool = typer.Option(True, "--schedule/--no-schedule", help="--no-schedule: only the extender"),
     metrics_port: int | None = typer.Option(None, "--metrics-port", help="Prometheus port (default 9464; 0 = any)"),
     bus_url: str | None = typer.Option(None, "--bus-url", help="Redis of the node agents' telemetry: consume "
-                                       "meridian:telemetry:<cluster> into this scheduler's state and publish its "
+                                       "meridian:{<cluster>}:telemetry into this scheduler's state and publish its "
                                        "summaries for the global tier [env MERIDIAN_REGIONAL_BUS_URL; off if empty]"),
     region: str | None = typer.Option(None, help="region named in the summaries [env MERIDIAN_REGIONAL_REGION]"),
     dispatch: bool = typer.Option(True, "--dispatch/--no-dispatch", help="with --bus-url: create the Deployments "
-                                  "and Jobs the global tier dispatches to this cluster (meridian:dispatch:<cluster>) "
+                                  "and Jobs the global tier dispatches to this cluster (meridian:{<cluster>}:dispatch) "
                                   "and report their status; the leader only"),
     workload_namespace: str | None = typer.Option(None, "--workload-namespace", help="namespace of the dispatched "
                                                   "workloads' objects [env MERIDIAN_KUBE_DISPATCH_NAMESPACE, default "

@@ -1,4 +1,4 @@
-"""Dispatch into a real member cluster: ``meridian:dispatch:{cluster}`` becomes Deployments and Jobs.
+"""Dispatch into a real member cluster: ``meridian:{cluster}:dispatch`` becomes Deployments and Jobs.
 
 The global tier routes a workload to a cluster and publishes a ``PlaceWorkload`` on that cluster's
 dispatch stream; this worker, part of the cluster's regional scheduler, creates the workload's object
@@ -22,7 +22,7 @@ in its stream until the member is back, which is exactly when its stale copies m
   manager that hands a field over; any other conflict is re-applied with ``force``: Meridian owns the
   spec it dispatched.
 * **Status** is read back every ``status_interval_s`` (one list each of Deployments, Jobs and Pods in
-  the namespace) and published on ``meridian:events:{cluster}`` when it changes: ``SCHEDULED`` with
+  the namespace) and published on ``meridian:{cluster}:events`` when it changes: ``SCHEDULED`` with
   the nodes once every replica's pod is bound, ``RUNNING`` once ``readyReplicas`` (Deployment) or
   ``ready`` (Job) reaches the replicas, ``SUCCEEDED`` when a Job completes, ``WAITING`` with the
   scheduler's ``FailedScheduling`` message while replicas cannot be placed, and ``FAILED`` when they

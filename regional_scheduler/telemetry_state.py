@@ -88,7 +88,7 @@ class TelemetryConsumerSettings(StreamConsumerSettings):
     flat_bus_names: ClassVar[Mapping[str, str]] = {"batch_count": "batch", "block_ms": "block_ms", "claim_min_idle_ms": "claim_idle_ms",
                       "backoff_s": "backoff_s"}
 
-    cluster: str = Field("local", description="Cluster whose stream (meridian:telemetry:<cluster>) is consumed.")
+    cluster: str = Field("local", description="Cluster whose stream (meridian:{<cluster>}:telemetry) is consumed.")
     bus_url: str = Field("redis://127.0.0.1:6379/0", description="Redis URL, or memory:// for the embedded bus.")
     key_prefix: str = Field("", description="Prefix of every Redis key, to share one Redis between environments.")
     group: str = Field("regional", description="Consumer group; all replicas of a regional scheduler share it.")

@@ -1,6 +1,7 @@
-"""Shared fixtures: a real Redis at REDIS_URL with a unique key prefix per test, private
-``redis-server`` processes on free ports for fault tests (kill, restart), and a real Kubernetes
-control plane (``meridian.envtest``) for tests marked ``kubernetes``."""
+"""Shared fixtures: a real Redis at REDIS_URL with a unique key prefix per test, a real Redis Cluster
+(3 primaries, 3 replicas: the one ``.ci/run`` started, named by ``MERIDIAN_TEST_REDIS_CLUSTER_URL``, else one
+per test process), private ``redis-server`` processes on free ports for fault tests (kill, restart), and a
+real Kubernetes control plane (``meridian.envtest``) for tests marked ``kubernetes``."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 from kubernetes.client import ApiClient
+from redis.cluster import RedisCluster
 
 from meridian import envtest
 from meridian.bus import StreamBus, open_bus
@@ -26,6 +28,8 @@ from tests.kube_helpers import fresh_namespace
 from tests.redis_helpers import free_port
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+#: A running Redis Cluster's ``redis+cluster://`` URL (``.ci/run`` starts one); unset: each test process starts one.
+REDIS_CLUSTER_URL_ENV = "MERIDIAN_TEST_REDIS_CLUSTER_URL"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
 
@@ -52,6 +56,41 @@ def key_prefix(redis_url: str) -> Iterator[str]:
     client = redis.Redis.from_url(redis_url)
     try:
         delete_key_prefix(client, prefix)
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """A Redis Cluster shared by this test process's tests (each under its own key prefix); fault tests that
+    kill nodes start their own (``tests.redis_cluster.start_cluster``)."""
+    url = os.environ.get(REDIS_CLUSTER_URL_ENV)
+    if url:
+        yield url
+        return
+    from tests.redis_cluster import start_cluster
+
+    cluster = start_cluster()
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
+
+
+def cluster_client(url: str) -> RedisCluster:
+    """A redis-py cluster client for a ``redis+cluster://`` URL."""
+    host, _, port = url.split("://", 1)[1].rstrip("/").rpartition(":")
+    return RedisCluster(host=host, port=int(port))
+
+
+@pytest.fixture
+def cluster_key_prefix(redis_cluster_url: str) -> Iterator[str]:
+    """As ``key_prefix``, on the Redis Cluster (``SCAN`` on every primary, ``UNLINK`` split by slot)."""
+    prefix = f"test-{uuid.uuid4().hex[:12]}:"
+    yield prefix
+    client = cluster_client(redis_cluster_url)
+    try:
+        delete_key_prefix(client, prefix)  # type: ignore[arg-type]
     finally:
         client.close()
 

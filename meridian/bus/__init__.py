@@ -20,6 +20,7 @@ from meridian.bus.base import (
 from meridian.bus.connection import RedisSecuritySettings, redact_url, redis_client, require_redis
 from meridian.bus.memory import InProcessStreamBus
 from meridian.bus.redis_bus import RedisStreamBus
+from meridian.bus.redispy_bus import RedisPyStreamBus
 from meridian.bus.streams import (
     MOVES_STREAM,
     SUMMARY_STREAM,
@@ -39,6 +40,7 @@ __all__ = [
     "BusPermissionError",
     "BusUnavailableError",
     "InProcessStreamBus",
+    "RedisPyStreamBus",
     "RedisSecuritySettings",
     "RedisStreamBus",
     "StreamBus",
@@ -56,9 +58,12 @@ __all__ = [
 
 
 def open_bus(url: str, *, key_prefix: str = "", security: RedisSecuritySettings | None = None) -> StreamBus:
-    """A bus from a URL: ``redis://…``/``rediss://…``/``unix://…`` or ``memory://`` (in-process).
+    """A bus from a URL: ``redis://…``/``rediss://…``/``unix://…``, ``redis+cluster://…`` (a Redis Cluster,
+    through redis-py's ``RedisCluster``) or ``memory://`` (in-process).
 
     ``security`` None: the ACL user, password (file) and TLS files from ``MERIDIAN_REDIS_*``."""
     if url.startswith("memory:"):
         return InProcessStreamBus(key_prefix=key_prefix)
+    if url.split("://", 1)[0].endswith("+cluster"):
+        return RedisPyStreamBus(url, key_prefix=key_prefix, security=security)
     return RedisStreamBus(url, key_prefix=key_prefix, security=security)

@@ -7,14 +7,14 @@ cannot dispatch a workload, forge an event or touch the workload store.
 
 Each user is a list of :class:`Grant` (one ACL *selector*, Redis >= 7.0: these commands on keys that
 match these patterns), so "reads the dispatch stream" and "appends to the events stream" stay apart:
-the regional user can consume ``meridian:dispatch:<cluster>`` but not append to it. Key access is
+the regional user can consume ``meridian:{<cluster>}:dispatch`` but not append to it. Key access is
 ``~`` (read and write), ``%R~`` (read only) or ``%W~`` (write only: ``XADD`` needs no read access, so
 an agent cannot read other nodes' reports).
 
 The patterns come from the names the code uses: :mod:`meridian.bus.streams` for the streams,
 :mod:`meridian.model_registry.keys` for the model registry (each model's keys under its hash tag,
 ``meridian:models:{<model>}:…``, and the transitions' stream ``meridian:models:events``), and the
-global tier's workload hash and energy ledger (:data:`WORKLOADS_KEY`, :data:`ENERGY_STREAM`,
+global tier's workload buckets and energy ledger (:data:`WORKLOADS_KEYS`, :data:`ENERGY_STREAM`,
 :data:`ENERGY_LEDGER_KEYS`, which the core cannot import; ``tests/deploy/test_redis_security.py``
 checks them against ``global_scheduler``). Every key sits under the bus's ``key_prefix``.
 
@@ -24,8 +24,9 @@ its output with the defaults, and a test keeps them equal; kustomize makes Redis
 The file holds no passwords: Redis's pod adds each user's from its Secret
 (``deploy/base/redis/redis.yaml``; the overlays' ``secretGenerator`` makes the Secrets); a user without
 one cannot log in. ``--cluster`` narrows the agent and regional users to one cluster's
-streams (one Redis per cluster); the default ``*`` lets them reach every cluster's, and then a pattern
-such as ``meridian:telemetry:*`` also covers that stream's dead-letter stream ``…:<cluster>:dead``.
+streams (one Redis per cluster); the default ``*`` lets them reach every cluster's. A cluster's streams carry
+its name as a Redis Cluster hash tag (``meridian:{<cluster>}:telemetry``), so each stream's dead-letter stream
+(``…:telemetry:dead``) is granted by a pattern of its own.
 
 Hazards: Redis checks the commands a Lua script runs against the caller's ACL too, so the ledger
 grant lists the script's commands (``SADD``, ``HINCRBYFLOAT``, …) beside ``EVALSHA``. A command added
@@ -49,12 +50,14 @@ from meridian.bus.streams import (
     dispatch_stream,
     events_stream,
     telemetry_stream,
+    workload_bucket,
 )
 from meridian.model_registry.keys import PREFIX as MODELS_PREFIX
 from meridian.model_registry.keys import ModelKeys
 
-#: The global scheduler's durable workload records (``global_scheduler.store.WORKLOADS_KEY``).
-WORKLOADS_KEY = "meridian:workloads"
+#: The global scheduler's durable workload records, split over hash-tagged buckets
+#: (:func:`meridian.bus.streams.workload_bucket`, written by ``global_scheduler.store``).
+WORKLOADS_KEYS = workload_bucket(0).split("{", 1)[0] + "*"
 #: Energy records for the ledger (``global_scheduler.accounting.consumer.ENERGY_STREAM``).
 ENERGY_STREAM = "meridian:energy"
 #: The energy ledger's buckets, index, applied sets and metadata (``global_scheduler.accounting.ledger``).
@@ -112,10 +115,10 @@ class AclUser:
 
 def _family(stream_of: Callable[[str], str], cluster: str) -> str:
     """The name ``stream_of`` gives ``cluster``, for a pattern such as ``*`` that it would refuse."""
-    sample = "x"
+    sample = "sample-cluster"
     name = stream_of(sample)
-    assert name.endswith(sample), name
-    return name[: -len(sample)] + cluster
+    assert name.count(sample) == 1, name
+    return name.replace(sample, cluster)
 
 
 def users(*, cluster: str = "*") -> tuple[AclUser, ...]:
@@ -139,14 +142,14 @@ def users(*, cluster: str = "*") -> tuple[AclUser, ...]:
                  Grant(MODELS_LOAD, (model_keys("placement"), model_keys("autoscaling")), "r"))),
         AclUser("meridian-global", "global scheduler (API, router, dispatch, workload store, in-process energy "
                 "accounting, the model registry's ModelService): consumes summaries and events, appends dispatch "
-                "orders, keeps the workload hash, the energy ledger and the model registry",
+                "orders, keeps the workload buckets, the energy ledger and the model registry",
                 (Grant(CONSUME, (SUMMARY_STREAM, every_events)),
                  Grant(("xadd",), (_family(dispatch_stream, "*"), MOVES_STREAM, dead_letter_stream(SUMMARY_STREAM),
                                    dead_letter_stream(every_events)), "w"),
-                 Grant(("hset", "hscan", "hdel"), (WORKLOADS_KEY,)),
+                 Grant(("hset", "hscan", "hdel"), (WORKLOADS_KEYS,)),
                  Grant(MODELS_MANAGE, (MODELS_KEYS,)),
                  *ledger),
-                keyless=("ping", "script|load", *MODELS_TRANSACTION)),
+                keyless=("ping", "script|load", "wait", *MODELS_TRANSACTION)),
         AclUser("meridian-accounting", "standalone accounting consumer (python -m "
                 "global_scheduler.accounting.consumer): consumes energy records and summaries into the ledger",
                 (Grant(CONSUME, (ENERGY_STREAM, SUMMARY_STREAM)),

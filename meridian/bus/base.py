@@ -91,16 +91,19 @@ class StreamBus(Protocol):
 
     def get_value(self, key: str) -> bytes | None: ...
 
-    def hash_set(self, key: str, items: Mapping[str, bytes]) -> None:
-        """Set fields of the hash ``key`` in one round trip (durable records, e.g. accepted workloads)."""
+    def hash_set(self, key: str, items: Mapping[str, bytes], *, replicas: int = 0) -> None:
+        """Set fields of the hash ``key`` in one round trip (durable records, e.g. accepted workloads).
+
+        ``replicas`` > 0: return only once that many replicas hold the write (``WAIT``), else raise
+        :class:`BusUnavailableError` without acknowledging it (an in-process bus has no replicas: ignored)."""
         ...
 
     def hash_items(self, key: str) -> list[tuple[str, bytes]]:
         """Every (field, value) of the hash ``key``; empty if it does not exist."""
         ...
 
-    def hash_delete(self, key: str, fields: Sequence[str]) -> None:
-        """Remove fields of the hash ``key`` (absent ones are ignored)."""
+    def hash_delete(self, key: str, fields: Sequence[str], *, replicas: int = 0) -> None:
+        """Remove fields of the hash ``key`` (absent ones are ignored); ``replicas`` as for :meth:`hash_set`."""
         ...
 
     def delete(self, *keys: str) -> None: ...

@@ -7,7 +7,9 @@ TLS option given once therefore applies to all of them; none of them falls back 
 
 Where the pieces come from, the later winning:
 
-1. the URL: ``redis://[user[:password]@]host[:port][/db]``, ``rediss://…`` (TLS) or ``unix:///path``.
+1. the URL: ``redis://[user[:password]@]host[:port][/db]``, ``rediss://…`` (TLS) or ``unix:///path``;
+   ``redis+cluster://host:port`` (``rediss+cluster://`` with TLS) names one node of a Redis Cluster, from
+   which a cluster client (redis-py's ``RedisCluster``) discovers the rest.
    TLS files may ride along as redis-py's query parameters (``?ssl_ca_certs=/ca.crt&ssl_certfile=…``);
 2. :class:`RedisSecuritySettings`, from ``MERIDIAN_REDIS_*`` environment variables: the ACL user, a
    password file (a mounted Kubernetes Secret, read once at start) or the password, and TLS files.
@@ -34,7 +36,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from meridian.bus.base import BusConfigError
 
-SCHEMES = ("redis", "rediss", "unix")
+SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 #: redis-py's names for the TLS files and the database, accepted as URL query parameters.
 _QUERY_PARAMETERS = frozenset({"db", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -83,7 +85,12 @@ class RedisEndpoint:
 
     @property
     def tls(self) -> bool:
-        return self.scheme == "rediss"
+        return self.scheme in ("rediss", "rediss+cluster")
+
+    @property
+    def cluster(self) -> bool:
+        """A Redis Cluster seed node (``redis+cluster://``): clients must follow slots and redirections."""
+        return self.scheme.endswith("+cluster")
 
     @property
     def user(self) -> str:
@@ -99,7 +106,7 @@ class RedisEndpoint:
         if self.scheme == "unix":
             return f"unix://{auth}{self.socket_path}" + (f"?db={self.db}" if self.db else "")
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.scheme}://{auth}{host}:{self.port}/{self.db}"
+        return f"{self.scheme}://{auth}{host}:{self.port}" + ("" if self.cluster else f"/{self.db}")
 
     def ssl_context(self) -> ssl.SSLContext:
         """The client TLS context: the CA file alone (else the system's CAs), the optional client certificate."""
@@ -119,9 +126,11 @@ class RedisEndpoint:
         return context
 
     def redis_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of ``redis.Redis`` for this endpoint (no CLIENT SETINFO: ACL users need no CLIENT)."""
-        kwargs: dict[str, Any] = {"db": self.db, "username": self.username, "password": self.password,
-                                  "driver_info": None}
+        """Keyword arguments of ``redis.Redis`` (or, without ``db``, of ``RedisCluster``) for this endpoint (no
+        CLIENT SETINFO: ACL users need no CLIENT)."""
+        kwargs: dict[str, Any] = {"username": self.username, "password": self.password, "driver_info": None}
+        if not self.cluster:
+            kwargs["db"] = self.db
         if self.scheme == "unix":
             kwargs["unix_socket_path"] = self.socket_path
             return kwargs
@@ -165,7 +174,8 @@ def endpoint_from_url(url: str, security: RedisSecuritySettings | None = None) -
     except ValueError as exc:
         raise BusConfigError(f"malformed Redis URL {redact_url(url)}: {exc}") from None
     if parts.scheme not in SCHEMES:
-        raise BusConfigError(f"unsupported Redis URL {redact_url(url)}: use redis://, rediss:// (TLS) or unix://")
+        raise BusConfigError(f"unsupported Redis URL {redact_url(url)}: use redis://, rediss:// (TLS), unix:// or, "
+                             "for a Redis Cluster, redis+cluster:// (rediss+cluster:// with TLS)")
     query = {name: values[-1] for name, values in parse_qs(parts.query).items()}
     unknown = sorted(set(query) - _QUERY_PARAMETERS)
     if unknown:
@@ -188,7 +198,9 @@ def endpoint_from_url(url: str, security: RedisSecuritySettings | None = None) -
         cert = str(security.tls_cert_file) if security.tls_cert_file else cert
         key = str(security.tls_key_file) if security.tls_key_file else key
         check_hostname = check_hostname and security.tls_check_hostname
-    if parts.scheme != "rediss" and (ca or cert or key):
+    if parts.scheme.endswith("+cluster") and int(db_text) != 0:
+        raise BusConfigError(f"Redis URL {redact_url(url)}: a Redis Cluster has only database 0, not {db_text}")
+    if parts.scheme not in ("rediss", "rediss+cluster") and (ca or cert or key):
         raise BusConfigError(f"TLS files are set (MERIDIAN_REDIS_TLS_* or ssl_* URL parameters) but the Redis URL "
                              f"{redact_url(url)} is not rediss://; refusing to connect in plaintext")
     if parts.scheme == "unix":

@@ -203,7 +203,7 @@ class InProcessStreamBus:
                 return 0
             return max(0, target.offset + len(target.entries) - target.groups[group].next_position)
 
-    def hash_set(self, key: str, items: Mapping[str, bytes]) -> None:
+    def hash_set(self, key: str, items: Mapping[str, bytes], *, replicas: int = 0) -> None:
         with self._lock:
             self._hashes.setdefault(self.key_prefix + key, {}).update({k: bytes(v) for k, v in items.items()})
 
@@ -211,7 +211,7 @@ class InProcessStreamBus:
         with self._lock:
             return list(self._hashes.get(self.key_prefix + key, {}).items())
 
-    def hash_delete(self, key: str, fields: Sequence[str]) -> None:
+    def hash_delete(self, key: str, fields: Sequence[str], *, replicas: int = 0) -> None:
         with self._lock:
             target = self._hashes.get(self.key_prefix + key, {})
             for f in fields:

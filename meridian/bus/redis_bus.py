@@ -112,14 +112,17 @@ def _entries(raw: Any) -> list[StreamEntry]:
 class RedisStreamBus:
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", *, key_prefix: str = "",
                  socket_timeout_s: float = 5.0, connect_timeout_s: float = 1.0,
-                 max_connections: int = 16, security: RedisSecuritySettings | None = None) -> None:
-        """``security`` None: the ACL user, password and TLS files from ``MERIDIAN_REDIS_*`` (then the URL)."""
+                 max_connections: int = 16, security: RedisSecuritySettings | None = None,
+                 wait_timeout_ms: int = 2000) -> None:
+        """``security`` None: the ACL user, password and TLS files from ``MERIDIAN_REDIS_*`` (then the URL).
+        ``wait_timeout_ms``: how long a durable write (``replicas`` > 0) waits for its replicas."""
         self._endpoint = endpoint_from_url(url, security if security is not None else RedisSecuritySettings())
         #: The URL without its password: what messages and logs print.
         self.url = self._endpoint.redacted_url
         self.user = self._endpoint.user
         self.key_prefix = key_prefix
         self.socket_timeout_s = socket_timeout_s
+        self.wait_timeout_ms = wait_timeout_ms
         self._client = redis.Redis(
             **self._endpoint.redis_kwargs(), socket_timeout=socket_timeout_s,
             socket_connect_timeout=connect_timeout_s, retry=Retry(NoBackoff(), 0), max_connections=max_connections,
@@ -157,17 +160,30 @@ class RedisStreamBus:
 
     def _call(self, *args: Any) -> Any:
         """One command on a pooled connection, raw reply (no response callbacks)."""
+        return self._call_pair(args)[0]
+
+    def _call_pair(self, *commands: Sequence[Any]) -> list[Any]:
+        """Commands sent back to back on one pooled connection, raw replies (no response callbacks)."""
+        args = commands[0]
         try:
             conn = self._pool.get_connection()
         except redis.exceptions.AuthenticationError as exc:
             raise self._auth_failed(exc) from None
         except _CONNECTION_ERRORS as exc:
             raise BusUnavailableError(f"redis at {self.url} unreachable: {exc}") from exc
+        replies: list[Any] = []
         try:
-            conn.send_command(*args)
-            return conn.read_response()
-        except redis.exceptions.NoPermissionError as exc:
-            raise self._refused(f"NOPERM {exc}", *_command_and_key(args)) from None
+            conn.send_packed_command(conn.pack_commands(commands))
+            for command in commands:
+                args = command
+                replies.append(conn.read_response())
+            return replies
+        except redis.exceptions.ResponseError as exc:
+            if len(replies) + 1 < len(commands):
+                conn.disconnect()  # the later replies are still unread: never hand this connection out again
+            if isinstance(exc, redis.exceptions.NoPermissionError):
+                raise self._refused(f"NOPERM {exc}", *_command_and_key(args)) from None
+            raise
         except redis.exceptions.AuthenticationError as exc:
             conn.disconnect()
             raise self._auth_failed(exc) from None
@@ -311,9 +327,9 @@ class RedisStreamBus:
     def get_value(self, key: str) -> bytes | None:
         return self._call("GET", self._key(key))
 
-    def hash_set(self, key: str, items: Mapping[str, bytes]) -> None:
+    def hash_set(self, key: str, items: Mapping[str, bytes], *, replicas: int = 0) -> None:
         if items:
-            self._call("HSET", self._key(key), *(x for kv in items.items() for x in kv))
+            self._durable(replicas, "HSET", self._key(key), *(x for kv in items.items() for x in kv))
 
     def hash_items(self, key: str) -> list[tuple[str, bytes]]:
         out: list[tuple[str, bytes]] = []
@@ -324,9 +340,21 @@ class RedisStreamBus:
             if cursor in (b"0", 0):
                 return out
 
-    def hash_delete(self, key: str, fields: Sequence[str]) -> None:
+    def hash_delete(self, key: str, fields: Sequence[str], *, replicas: int = 0) -> None:
         if fields:
-            self._call("HDEL", self._key(key), *fields)
+            self._durable(replicas, "HDEL", self._key(key), *fields)
+
+    def _durable(self, replicas: int, *args: Any) -> None:
+        """A write, then (``replicas`` > 0) ``WAIT`` on the same pooled connection: ``WAIT`` counts only the
+        writes of its own connection. Fewer replicas than asked: :class:`BusUnavailableError`."""
+        if replicas <= 0:
+            self._call(*args)
+            return
+        _, acked = self._call_pair(args, ("WAIT", replicas, self.wait_timeout_ms))
+        if int(acked) < replicas:
+            raise BusUnavailableError(f"redis at {self.url}: {args[0]} on {args[1].decode(errors='replace')} reached "
+                                      f"{acked} of {replicas} replica(s) within {self.wait_timeout_ms} ms; "
+                                      "not acknowledged")
 
     def delete(self, *keys: str) -> None:
         if keys:

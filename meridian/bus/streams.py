@@ -2,7 +2,15 @@
 
 One stream per purpose and cluster. A dead-letter stream sits beside every stream it serves:
 ``<stream>:dead``. Cluster names are restricted to what a Kubernetes name allows (plus ``_`` and
-``.``) so a name can never smuggle a ``:`` into another cluster's key space.
+``.``) so a name can never smuggle a ``:`` or a ``{`` into another cluster's key space.
+
+Redis Cluster (docs/redis-cluster.md, "Key layout"): a cluster's streams carry its name as the hash tag,
+``meridian:{<cluster>}:telemetry``, so one member cluster's telemetry, dispatch and events streams and
+their dead letters live in one slot, and the unit a Redis Cluster spreads over its primaries is a member
+cluster (one cluster's 10,000 nodes every 2 s are 5,000 entries/s, a fraction of one primary). Nothing
+reads two streams in one command, so no command crosses slots. The global tier's single streams
+(summaries, moves) are their own slots; the workload store splits its records over
+:func:`workload_bucket` keys.
 """
 
 from __future__ import annotations
@@ -27,17 +35,25 @@ def _checked(kind: str, name: str) -> str:
 
 def telemetry_stream(cluster: str) -> str:
     """Node reports (``NodeTelemetry``) of one cluster's agents."""
-    return f"{PREFIX}:telemetry:{_checked('cluster', cluster)}"
+    return f"{PREFIX}:{{{_checked('cluster', cluster)}}}:telemetry"
 
 
 def dispatch_stream(cluster: str) -> str:
     """Workloads the global tier routed to one cluster."""
-    return f"{PREFIX}:dispatch:{_checked('cluster', cluster)}"
+    return f"{PREFIX}:{{{_checked('cluster', cluster)}}}:dispatch"
 
 
 def events_stream(cluster: str) -> str:
     """Scheduling events of one cluster (bindings, failures, evictions)."""
-    return f"{PREFIX}:events:{_checked('cluster', cluster)}"
+    return f"{PREFIX}:{{{_checked('cluster', cluster)}}}:events"
+
+
+def workload_bucket(index: int) -> str:
+    """One of the hashes the global tier's accepted workloads are split over (``global_scheduler.store``), each
+    its own hash tag so a Redis Cluster spreads them over its primaries."""
+    if index < 0:
+        raise ValueError(f"workload bucket index must be >= 0, not {index}")
+    return f"{PREFIX}:workloads:{{b{index:03d}}}"
 
 
 def dead_letter_stream(stream: str) -> str:

@@ -6,6 +6,7 @@ its job — checked on the manifests and by running the components under their u
 from __future__ import annotations
 
 import base64
+import fnmatch
 import os
 import shutil
 import subprocess
@@ -26,9 +27,13 @@ from meridian.bus import (
     redis_client,
     telemetry_stream,
 )
-from meridian.bus.acl import ENERGY_STREAM, WORKLOADS_KEY, render_acl, users
+from meridian.bus.acl import ENERGY_STREAM, WORKLOADS_KEYS, render_acl, users
+from meridian.bus.streams import workload_bucket
 from tests.deploy.kustomize_helpers import DEPLOY, find, render, workloads
 from tests.redis_helpers import AclRedis, require
+
+#: One bucket of the global scheduler's workload store (the ACL grants every ``meridian:workloads:*``).
+WORKLOADS_BUCKET = workload_bucket(0)
 
 ACL_FILE = DEPLOY / "base" / "redis" / "users.acl"
 REDIS_PORT = 6379
@@ -99,7 +104,8 @@ def test_the_acl_names_the_keys_the_components_use() -> None:
     from global_scheduler import store
     from global_scheduler.accounting import consumer
 
-    assert (store.WORKLOADS_KEY, consumer.ENERGY_STREAM) == (WORKLOADS_KEY, ENERGY_STREAM)
+    assert consumer.ENERGY_STREAM == ENERGY_STREAM
+    assert all(fnmatch.fnmatchcase(key, WORKLOADS_KEYS) for key in store.bucket_keys(64))
 
 
 def test_the_acl_holds_no_password_and_the_default_user_is_off() -> None:
@@ -329,9 +335,9 @@ def test_every_component_runs_under_its_own_user(fabric: AclRedis) -> None:
         global_bus.ensure_group(events_stream(cluster), "global-scheduler")
         events = global_bus.read_group(events_stream(cluster), "global-scheduler", "g", count=100)
         assert events and global_bus.ack(events_stream(cluster), "global-scheduler", [e.entry_id for e in events])
-        global_bus.hash_set(WORKLOADS_KEY, {f"w-{cluster}": b"record"})
-        assert dict(global_bus.hash_items(WORKLOADS_KEY))[f"w-{cluster}"] == b"record"
-        global_bus.hash_delete(WORKLOADS_KEY, [f"w-{cluster}"])
+        global_bus.hash_set(WORKLOADS_BUCKET, {f"w-{cluster}": b"record"})
+        assert dict(global_bus.hash_items(WORKLOADS_BUCKET))[f"w-{cluster}"] == b"record"
+        global_bus.hash_delete(WORKLOADS_BUCKET, [f"w-{cluster}"])
 
         # the energy ledger, as the global scheduler runs it in-process (its client from redis_client)
         ledger = RedisLedger(redis_client(fabric.url("meridian-global"), security=RedisSecuritySettings()),

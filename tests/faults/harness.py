@@ -27,6 +27,7 @@ import grpc
 import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from meridian.bus import dispatch_stream
 from meridian.envtest import wait_for
 from protos import dispatch_pb2 as dpb
 from protos import global_api_pb2 as api
@@ -311,7 +312,7 @@ def places(client: redis.Redis, clusters: Iterable[str]) -> Counter[tuple[str, i
     """Place messages on the clusters' dispatch streams, per (workload, attempt, cluster)."""
     out: Counter[tuple[str, int, str]] = Counter()
     for cluster in clusters:
-        for _, fields in client.xrange(f"meridian:dispatch:{cluster}"):
+        for _, fields in client.xrange(dispatch_stream(cluster)):
             msg = dpb.DispatchMessage.FromString(fields[b"p"])
             if msg.WhichOneof("action") == "place":
                 out[msg.place.workload_id, msg.place.attempt, cluster] += 1
@@ -328,7 +329,7 @@ def latest_summary(client: redis.Redis, cluster: str) -> tpb.ClusterSummary | No
 
 def dispatch_pending(client: redis.Redis, cluster: str) -> int:
     try:
-        return int(client.xpending(f"meridian:dispatch:{cluster}", "regional-dispatch")["pending"])
+        return int(client.xpending(dispatch_stream(cluster), "regional-dispatch")["pending"])
     except redis.exceptions.ResponseError:  # no group yet
         return 0
 

@@ -29,14 +29,14 @@ _real_publish_many = RedisStreamBus.publish_many
 
 def _crash_before_dispatch(self: RedisStreamBus, stream: str, payloads: Sequence[bytes], *,
                            maxlen: int | None = None) -> int:
-    if stream.startswith("meridian:dispatch:"):
+    if stream.endswith(":dispatch"):
         os._exit(CRASH_EXIT_CODE)
     return _real_publish_many(self, stream, payloads, maxlen=maxlen)
 
 
 def _hang_before_events(self: RedisStreamBus, stream: str, payloads: Sequence[bytes], *,
                         maxlen: int | None = None) -> int:
-    if stream.startswith("meridian:events:"):
+    if stream.endswith(":events"):
         Path(os.environ["MERIDIAN_FAULT_MARKER"]).write_text(f"{len(payloads)} events held back\n")
         while True:  # the fault: a worker hung before publishing its events, until the test kills it
             time.sleep(3600)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from meridian.bus import dispatch_stream, events_stream
 from meridian.envtest import wait_for
 from protos import global_api_pb2 as api
 from tests.faults.conftest import Rig
@@ -81,12 +82,12 @@ def test_events_whose_publish_fails_are_sent_on_redelivery(rig: Rig) -> None:
     scheduler = rig.scheduler(redis, **NO_RECONCILIATION)
     scheduler.wait_serving()
     scheduler.wait_clusters([CLUSTER])
-    # Its dispatch stream and the summaries stay writable; meridian:events:north-1 does not.
-    admin.execute_command("ACL", "SETUSER", "regional", "resetkeys", f"~meridian:dispatch:{CLUSTER}*",
+    # Its dispatch stream and the summaries stay writable; meridian:{north-1}:events does not.
+    admin.execute_command("ACL", "SETUSER", "regional", "resetkeys", f"~{dispatch_stream(CLUSTER)}*",
                           "~meridian:summary")
     ids = {submit(scheduler, f"job-{i}").id for i in range(8)}
     _applied_once(admin, ids)  # placed on the cluster…
-    assert admin.xlen(f"meridian:events:{CLUSTER}") == 0  # …but no word of it reached the global tier
+    assert admin.xlen(events_stream(CLUSTER)) == 0  # …but no word of it reached the global tier
     assert dispatch_pending(admin, CLUSTER) >= 1
     assert {w.state for w in scheduler.workloads()} == {api.WORKLOAD_STATE_DISPATCHED}
     assert "NOPERM" in worker.output()

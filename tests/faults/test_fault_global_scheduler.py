@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from global_scheduler.store import bucket_keys
 from meridian.envtest import wait_for
 from protos import global_api_pb2 as api
 from tests.faults.conftest import Rig
@@ -82,7 +83,7 @@ def test_a_crash_between_the_durable_write_and_the_publish_is_reconciled(rig: Ri
 
     client = redis.client()
     records = {wid: api.Workload.FromString(raw) for wid, raw in
-               ((k.decode(), v) for k, v in client.hgetall("meridian:workloads").items())}
+               ((k.decode(), v) for key in bucket_keys() for k, v in client.hgetall(key).items())}
     assert set(records) == set(ids.values())
     stranded = {wid for wid, w in records.items() if w.state == api.WORKLOAD_STATE_DISPATCHED}
     assert stranded, "the crash left nothing DISPATCHED"

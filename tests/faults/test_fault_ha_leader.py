@@ -18,6 +18,7 @@ import grpc
 import pytest
 
 from global_scheduler.leadership import LeaderRecord
+from global_scheduler.store import bucket_keys
 from meridian.envtest import wait_for
 from protos import global_api_pb2 as api
 from tests.faults.conftest import Rig
@@ -155,7 +156,7 @@ def test_a_leader_dying_between_the_durable_write_and_the_publish_is_healed_by_t
     wait_for(lambda: doomed.exited() is not None,
              timeout=30, message="the leader to crash at its first dispatch")
     client = redis.client()
-    stranded = {k.decode() for k, v in client.hgetall("meridian:workloads").items()
+    stranded = {k.decode() for key in bucket_keys() for k, v in client.hgetall(key).items()
                 if api.Workload.FromString(v).state == api.WORKLOAD_STATE_DISPATCHED}
     assert stranded, "the crash left nothing DISPATCHED"
     settled = survivor.wait_all(ids.values(), RUNNING, timeout_s=60)

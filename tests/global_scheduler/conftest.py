@@ -54,27 +54,35 @@ class Federation:
 
 
 @pytest.fixture
-def federation(redis_url: str, key_prefix: str) -> Iterator[Callable[..., Federation]]:
+def federation(request: pytest.FixtureRequest, redis_url: str, key_prefix: str) -> Iterator[Callable[..., Federation]]:
     made: list[Federation] = []
+    single_url = redis_url
 
     def make(clusters: dict[str, tuple[str, int, float]] | None = None, *, tokens: list[str] | None = None,
              policy: str = "karmada", cluster_timeout_s: float = 2.0, start_delay_s: float = 0.0,
              tls: tuple[str, str] | None = None, routing_worker: bool = False,
-             api: dict[str, object] | None = None) -> Federation:
+             api: dict[str, object] | None = None, redis_cluster: bool = False) -> Federation:
+        """``redis_cluster``: every component on the session's Redis Cluster instead of the single Redis, with
+        the store's writes confirmed by a replica (``store.wait_replicas`` 1)."""
+        redis_url, prefix = single_url, key_prefix
+        if redis_cluster:
+            redis_url = request.getfixturevalue("redis_cluster_url")
+            prefix = request.getfixturevalue("cluster_key_prefix")
         # Routing in-process unless asked: a worker per federation would cost each test its start-up.
         clusters = clusters or {"north-1": ("eu-north", 4, 10.0), "central-1": ("eu-central", 4, 300.0)}
         settings = GlobalSchedulerSettings(
             api={"listen": "127.0.0.1:0", "auth_tokens": [TOKEN] if tokens is None else tokens, "max_workers": 8,
                  **({"tls_cert_file": tls[0], "tls_key_file": tls[1]} if tls else {}), **(api or {})},
-            bus={"url": redis_url, "key_prefix": key_prefix, "block_ms": 50},
+            bus={"url": redis_url, "key_prefix": prefix, "block_ms": 50},
             registry={"cluster_timeout_s": cluster_timeout_s, "sweep_interval_s": 0.1},
-            routing={"policy": policy, "defer_recheck_s": 1.0, "worker_process": routing_worker})
-        engine = GlobalScheduler(settings=settings, bus=open_bus(redis_url, key_prefix=key_prefix))
+            routing={"policy": policy, "defer_recheck_s": 1.0, "worker_process": routing_worker},
+            store={"wait_replicas": 1 if redis_cluster else 0})
+        engine = GlobalScheduler(settings=settings, bus=open_bus(redis_url, key_prefix=prefix))
         server = build_server(engine)
         fed = Federation(server, engine, {}, {})
         for name, (region, count, carbon) in clusters.items():
             worker = DispatchWorker(
-                bus=open_bus(redis_url, key_prefix=key_prefix), state=simulated_cluster(nodes(name, count)),
+                bus=open_bus(redis_url, key_prefix=prefix), state=simulated_cluster(nodes(name, count)),
                 settings=DispatchWorkerSettings(cluster=name, region=region, summary_interval_s=0.2,
                                                 carbon_g_per_kwh=carbon, bus={"block_ms": 50}, start_delay_s=start_delay_s))
             fed.workers[name] = worker

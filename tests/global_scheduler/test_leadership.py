@@ -13,7 +13,7 @@ import redis
 from global_scheduler.leadership import Fence, FencedError, LeaderElector, LeaderRecord, RedisLease
 from global_scheduler.scheduler import GlobalScheduler
 from global_scheduler.settings import GlobalSchedulerSettings, HaSettings
-from global_scheduler.store import WORKLOADS_KEY, WorkloadStore
+from global_scheduler.store import DEFAULT_BUCKETS, WorkloadStore, bucket_key, bucket_keys
 from global_scheduler.validation import parse_requests
 from meridian.bus import dispatch_stream, open_bus
 from protos import global_api_pb2 as api
@@ -111,7 +111,7 @@ def test_a_stale_token_cannot_write_the_store(redis_url: str, key_prefix: str) -
     with pytest.raises(FencedError):
         store.create(spec, parse_requests(spec.requests), "k2")
     kept = {k.decode(): api.Workload.FromString(v)
-            for k, v in _client(redis_url).hgetall(key_prefix + WORKLOADS_KEY).items()}
+            for key in bucket_keys() for k, v in _client(redis_url).hgetall(key_prefix + key).items()}
     assert list(kept) == [w.id] and kept[w.id].attempt == 0  # nothing of the deposed leader's writes landed
     # Once its own clock says the deadline passed it refuses without asking Redis.
     clock.t += 10
@@ -145,6 +145,6 @@ def test_a_deposed_leader_never_publishes_a_new_attempt(redis_url: str, key_pref
     assert bus.read_range(dispatch_stream("c1")) == []  # the attempt was not durable, so it was not published
     back = engine.store.get(w.id)
     assert (back.state, back.attempt) == (api.WORKLOAD_STATE_PENDING, 0)  # rolled back
-    stored = api.Workload.FromString(_client(redis_url).hget(key_prefix + WORKLOADS_KEY, w.id))
+    stored = api.Workload.FromString(_client(redis_url).hget(key_prefix + bucket_key(w.id, DEFAULT_BUCKETS), w.id))
     assert (stored.state, stored.attempt) == (api.WORKLOAD_STATE_PENDING, 0)
     bus.close()

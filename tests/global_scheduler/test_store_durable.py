@@ -17,7 +17,7 @@ from global_scheduler.errors import error_details
 from global_scheduler.scheduler import EVENTS_GROUP, GlobalScheduler
 from global_scheduler.server import build_server
 from global_scheduler.settings import GlobalSchedulerSettings
-from global_scheduler.store import WORKLOADS_KEY, WorkloadStore
+from global_scheduler.store import WorkloadStore, bucket_keys
 from global_scheduler.validation import parse_requests
 from meridian.bus import SUMMARY_STREAM, BusUnavailableError, events_stream, open_bus
 from meridian.envtest import wait_for
@@ -39,8 +39,12 @@ def _restart(fed) -> tuple[GlobalScheduler, api_grpc.GlobalSchedulerStub, object
     return engine, api_grpc.GlobalSchedulerStub(grpc.insecure_channel(f"127.0.0.1:{running.port}")), running
 
 
-def test_idempotency_and_state_survive_a_restart(federation) -> None:
-    fed = federation()
+ON_BOTH = pytest.mark.parametrize("redis_cluster", [False, True], ids=["redis", "redis-cluster"])
+
+
+@ON_BOTH
+def test_idempotency_and_state_survive_a_restart(federation, redis_cluster: bool) -> None:
+    fed = federation(redis_cluster=redis_cluster)
     stub = fed.stub()
     first = stub.SubmitWorkload(api.SubmitWorkloadRequest(spec=spec(), idempotency_key="order-1"), metadata=AUTH)
     running = wait_state(stub, first.id, api.WORKLOAD_STATE_RUNNING)
@@ -59,11 +63,13 @@ def test_idempotency_and_state_survive_a_restart(federation) -> None:
     assert engine.dispatched_total == 0
 
 
-def test_pending_workload_is_routed_after_a_restart(federation) -> None:
-    fed = federation()
+@ON_BOTH
+def test_pending_workload_is_routed_after_a_restart(federation, redis_cluster: bool) -> None:
+    fed = federation(redis_cluster=redis_cluster)
     settings = fed.engine.settings
     # A workload accepted by a scheduler that stopped before routing it: only the store's record exists.
-    store = WorkloadStore(open_bus(settings.bus.url, key_prefix=settings.bus.key_prefix))
+    store = WorkloadStore(open_bus(settings.bus.url, key_prefix=settings.bus.key_prefix),
+                          replicas=settings.store.wait_replicas)
     w, created = store.create(spec(name="left-behind"), parse_requests(spec().requests), "k-left")
     assert created
     engine, stub2, _ = _restart(fed)
@@ -75,7 +81,7 @@ def test_unreadable_record_is_skipped(redis_url: str, key_prefix: str) -> None:
     bus = open_bus(redis_url, key_prefix=key_prefix)
     good = WorkloadStore(bus)
     w, _ = good.create(spec(), parse_requests(spec().requests), "k")
-    bus.hash_set(WORKLOADS_KEY, {"broken": b"\xff\x00not a workload"})
+    bus.hash_set(bucket_keys()[3], {"broken": b"\xff\x00not a workload"})
     restored = WorkloadStore(bus).restore()
     assert [r.id for r in restored] == [w.id]
 
@@ -170,11 +176,11 @@ class _HeldHashBus:
         self.started = threading.Event()  # a hash write has begun (and is held)
         self.release = threading.Event()  # lets the held writes, and every later one, through
 
-    def hash_set(self, key: str, items) -> None:
+    def hash_set(self, key: str, items, *, replicas: int = 0) -> None:
         self.started.set()
         assert self.release.wait(30), "the test never released the held hash write"
         self.writes.append(len(items))
-        self._bus.hash_set(key, items)
+        self._bus.hash_set(key, items, replicas=replicas)
 
     def __getattr__(self, name: str):
         return getattr(self._bus, name)
@@ -183,7 +189,7 @@ class _HeldHashBus:
 def test_concurrent_submissions_share_writes_and_stay_invisible_until_written(redis_url: str,
                                                                               key_prefix: str) -> None:
     bus = _HeldHashBus(open_bus(redis_url, key_prefix=key_prefix))
-    store = WorkloadStore(bus)
+    store = WorkloadStore(bus, buckets=1)  # one bucket: one batch is one hash write
     req = parse_requests(spec().requests)
     results: list[tuple[api.Workload, bool]] = []
     submitting = threading.Semaphore(0)  # released once per thread that is about to call create
@@ -219,7 +225,7 @@ def test_concurrent_submissions_share_writes_and_stay_invisible_until_written(re
 
 def test_a_failed_batch_write_fails_every_submission_in_it_and_keeps_nothing(redis_server) -> None:
     bus = _HeldHashBus(open_bus(redis_server.url))
-    store = WorkloadStore(bus)
+    store = WorkloadStore(bus, buckets=1)  # one bucket: one batch is one hash write
     req = parse_requests(spec().requests)
     errors: list[BaseException] = []
 

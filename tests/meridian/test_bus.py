@@ -1,6 +1,7 @@
 """One contract suite for every ``StreamBus`` implementation (ARCHITECTURE.md: the fabric).
 
-The Redis half runs against the real server at REDIS_URL under a unique key prefix per test.
+The same tests run on the in-process bus, the hand-written RESP bus and the redis-py bus on the real server at
+REDIS_URL, and the redis-py bus on a real Redis Cluster (``redis+cluster://``), each under a unique key prefix.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from prometheus_client import REGISTRY
 
 from meridian.bus import (
     InProcessStreamBus,
+    RedisPyStreamBus,
     RedisStreamBus,
     StreamBus,
     StreamEntry,
     dead_letter_stream,
+    open_bus,
     telemetry_stream,
 )
 from meridian.bus.health import GroupGauges
@@ -24,12 +27,19 @@ from protos import telemetry_pb2
 STREAM = telemetry_stream("contract")
 
 
-@pytest.fixture(params=["memory", "redis"])
-def bus(request: pytest.FixtureRequest, redis_url: str, key_prefix: str) -> Iterator[StreamBus]:
+@pytest.fixture(params=["memory", "redis", "redis-py", "redis-cluster"])
+def bus(request: pytest.FixtureRequest, redis_url: str) -> Iterator[StreamBus]:
+    impl: StreamBus
     if request.param == "memory":
-        impl: StreamBus = InProcessStreamBus(key_prefix=key_prefix)
+        impl = InProcessStreamBus(key_prefix=request.getfixturevalue("key_prefix"))
+    elif request.param == "redis":
+        impl = RedisStreamBus(redis_url, key_prefix=request.getfixturevalue("key_prefix"))
+    elif request.param == "redis-py":
+        impl = RedisPyStreamBus(redis_url, key_prefix=request.getfixturevalue("key_prefix"))
     else:
-        impl = RedisStreamBus(redis_url, key_prefix=key_prefix)
+        url = request.getfixturevalue("redis_cluster_url")
+        impl = open_bus(url, key_prefix=request.getfixturevalue("cluster_key_prefix"))
+        assert isinstance(impl, RedisPyStreamBus) and impl.is_cluster
     yield impl
     impl.close()
 

@@ -35,13 +35,17 @@ from meridian.bus import (
     redact_url,
     telemetry_stream,
 )
-from meridian.bus.acl import ENERGY_STREAM, WORKLOADS_KEY, acl_rules, users
+from meridian.bus.acl import ENERGY_STREAM, acl_rules, users
 from meridian.bus.connection import endpoint_from_url
 from meridian.bus.resp import RespSocket
+from meridian.bus.streams import workload_bucket
 from meridian.model_registry.artifacts import FilesystemArtifactStore
 from meridian.model_registry.registry import ModelRegistry
 from meridian.model_registry.versions import MODEL_NAMES, DataWindow
 from tests.redis_helpers import AclRedis, Pki, make_pki
+
+#: One bucket of the global scheduler's workload store (the ACL grants every ``meridian:workloads:*``).
+WORKLOADS_BUCKET = workload_bucket(0)
 
 pytestmark = pytest.mark.faults  # part of the hardening suite: pytest -m faults
 
@@ -95,16 +99,16 @@ def test_an_agents_credentials_cannot_write_a_dispatch_order(acl_redis: AclRedis
         with pytest.raises(BusPermissionError) as pipelined:
             agent.publish_many(dispatch_stream(cluster), [b"order"], maxlen=1000)
         with pytest.raises(BusPermissionError) as store:
-            agent.hash_set(WORKLOADS_KEY, {"w-1": b"record"})
+            agent.hash_set(WORKLOADS_BUCKET, {"w-1": b"record"})
         for raised, command, key in ((single, "XADD", dispatch_stream(cluster)),
-                                     (pipelined, "XADD", dispatch_stream(cluster)), (store, "HSET", WORKLOADS_KEY)):
+                                     (pipelined, "XADD", dispatch_stream(cluster)), (store, "HSET", WORKLOADS_BUCKET)):
             _one_clear_line(raised.value, user="meridian-agent", names=(command, key, "NOPERM"), password=password)
         assert agent.publish_many(telemetry_stream(cluster), [b"report-4"]) == 1  # the connection is still usable
     finally:
         agent.close()
     with acl_redis.admin() as admin:
         assert admin.xlen(telemetry_stream(cluster)) == 4
-        assert not admin.exists(dispatch_stream(cluster)) and not admin.exists(WORKLOADS_KEY)
+        assert not admin.exists(dispatch_stream(cluster)) and not admin.exists(WORKLOADS_BUCKET)
 
 
 # ------------------------------------------------------------------ each user: what it needs, nothing more
@@ -142,9 +146,9 @@ def _global(bus: RedisStreamBus, cluster: str) -> None:
     _consume(bus, events_stream(cluster), "global-scheduler")
     bus.publish_many(dispatch_stream(cluster), [b"order"], maxlen=1000)
     bus.publish(dispatch_stream(cluster), b"order", maxlen=1000)
-    bus.hash_set(WORKLOADS_KEY, {f"w-{cluster}": b"record"})
-    assert (f"w-{cluster}", b"record") in bus.hash_items(WORKLOADS_KEY)
-    bus.hash_delete(WORKLOADS_KEY, [f"w-{cluster}"])
+    bus.hash_set(WORKLOADS_BUCKET, {f"w-{cluster}": b"record"})
+    assert (f"w-{cluster}", b"record") in bus.hash_items(WORKLOADS_BUCKET)
+    bus.hash_delete(WORKLOADS_BUCKET, [f"w-{cluster}"])
 
 
 def _accounting(bus: RedisStreamBus, cluster: str) -> None:
@@ -189,7 +193,7 @@ def test_every_user_can_do_what_its_component_does(acl_redis: AclRedis, user: st
                  id="regional-forges-node-reports"),
     pytest.param("meridian-regional", lambda b, c: b.publish(dispatch_stream(c), b"o"), "XADD",
                  id="regional-writes-a-dispatch-order"),
-    pytest.param("meridian-regional", lambda b, c: b.hash_set(WORKLOADS_KEY, {"w": b"x"}), "HSET",
+    pytest.param("meridian-regional", lambda b, c: b.hash_set(WORKLOADS_BUCKET, {"w": b"x"}), "HSET",
                  id="regional-writes-the-workload-store"),
     pytest.param("meridian-global", lambda b, c: b.publish_many(telemetry_stream(c), [b"r"]), "XADD",
                  id="global-forges-node-reports"),
@@ -399,7 +403,7 @@ def test_an_unreadable_tls_file_fails_at_start(tmp_path: Path) -> None:
 
 def test_dead_letters_of_a_stream_are_where_the_acl_expects_them() -> None:
     """The regional and global users may append to ``<stream>:dead`` of what they consume."""
-    assert dead_letter_stream(telemetry_stream("c")) == "meridian:telemetry:c:dead"
+    assert dead_letter_stream(telemetry_stream("c")) == "meridian:{c}:telemetry:dead"
 
 
 # ------------------------------------------------------------------ the model registry (meridian:models:*)

@@ -10,22 +10,22 @@ from pathlib import Path
 import pytest
 import redis
 
+from meridian.local_redis_cluster import LocalRedisCluster
 from meridian.model_registry.artifacts import FilesystemArtifactStore
 from meridian.model_registry.keys import ModelKeys
 from meridian.model_registry.registry import ModelRegistry
 from tests.model_registry_helpers import placement_checkpoint, register_version
-from tests.redis_cluster import RedisClusterHarness
+from tests.redis_cluster import start_cluster
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisClusterHarness]:
-    harness = RedisClusterHarness()
-    harness.start()
+def cluster() -> Iterator[LocalRedisCluster]:
+    harness = start_cluster()
     yield harness
     harness.stop()
 
 
-def test_the_harness_forms_three_primaries_with_a_replica_each(cluster: RedisClusterHarness) -> None:
+def test_the_harness_forms_three_primaries_with_a_replica_each(cluster: LocalRedisCluster) -> None:
     nodes = cluster.node(cluster.ports[0]).cluster("nodes")
     primaries = {n["node_id"] for n in nodes.values() if "master" in n["flags"]}
     replicas_of = [n["master_id"] for n in nodes.values() if "slave" in n["flags"]]
@@ -41,7 +41,23 @@ def test_the_harness_forms_three_primaries_with_a_replica_each(cluster: RedisClu
         client.close()
 
 
-def test_the_registry_runs_on_the_primary_of_its_models_slot(cluster: RedisClusterHarness, tmp_path: Path) -> None:
+@pytest.mark.parametrize("primaries", [1, 2])
+def test_fewer_than_three_primaries_are_joined_by_hand(primaries: int) -> None:
+    small = start_cluster(primaries=primaries, replicas=0)
+    try:
+        assert small.primary_ports() == sorted(small.ports)
+        client = small.client()
+        try:
+            for i in range(50):
+                client.set(f"k{i}", str(i))
+            assert {small.owner_of(f"k{i}") for i in range(50)} == set(small.ports)
+        finally:
+            client.close()
+    finally:
+        small.stop()
+
+
+def test_the_registry_runs_on_the_primary_of_its_models_slot(cluster: LocalRedisCluster, tmp_path: Path) -> None:
     keys = ModelKeys("placement")
     names = [keys.versions, keys.active, keys.history, keys.sequence, keys.audit]
     slots = {redis.cluster.key_slot(name.encode()) for name in names}
