@@ -12,7 +12,10 @@ The benchmark measures, in one run on loopback:
    ``--interval-s 0`` publishes flat out (capacity), ``--interval-s 2`` paces each node to one report
    per 2 s (the 100,000-node fleet's offered load is then 50,000/s);
 3. **consumer memory**: RSS of this process sampled through the run (``--duration-s 300`` for the
-   five-minute flatness check).
+   five-minute flatness check);
+4. **decode**: the consumer's decode of a batch into a :class:`~meridian.telemetry.TelemetryBatch`
+   (upb, one parse per report) alone and followed by its validation, without Redis, so that the
+   consumer's decode cost stays visible (:func:`measure_decode`; ``--decode-seconds 0`` skips it).
 
 Registering the commands runs on every ``meridian`` start, so redis, psutil, the bus and the
 simulated fleet (numpy, kubernetes) are imported by the functions that use them; ``_producer`` runs
@@ -173,6 +176,8 @@ def bench_telemetry(
     rss_every_s: float = typer.Option(5.0, "--rss-every-s", help="RSS sampling period (s)."),
     drain_reports: int = typer.Option(200_000, "--drain-reports", help="Reports for the consumer-alone drain "
                                       "measurement (0 = skip)."),
+    decode_seconds: float = typer.Option(3.0, "--decode-seconds", help="Seconds of the consumer's decode "
+                                         "measurement, without Redis (0 = skip)."),
     json_out: Path | None = typer.Option(None, "--json", help="Write results as JSON to this file."),
 ) -> None:
     """End-to-end node reports/s through Redis into regional state, beside raw XADD throughput."""
@@ -183,7 +188,8 @@ def bench_telemetry(
     key_prefix = f"bench-{os.getpid()}:"
     bus = RedisStreamBus(redis_url, key_prefix=key_prefix)
     raw = _measure_raw(bus, redis_url=redis_url, key_prefix=key_prefix, nodes=nodes, node_list=node_list,
-                       raw_seconds=raw_seconds, chunk=chunk, batch=batch, drain_reports=drain_reports)
+                       raw_seconds=raw_seconds, chunk=chunk, batch=batch, drain_reports=drain_reports,
+                       decode_seconds=decode_seconds)
     run = _end_to_end(bus, redis_url=redis_url, key_prefix=key_prefix, nodes=nodes, producers=producers,
                       interval_s=interval_s, duration_s=duration_s, warmup_s=warmup_s, batch=batch, chunk=chunk,
                       node_list=node_list, rss_every_s=rss_every_s)
@@ -214,10 +220,11 @@ class _RawRates:
     python: float
     redis_benchmark: float | None
     drain: float | None
+    decode: DecodeRates | None = None
 
 
 def _measure_raw(bus: RedisStreamBus, *, redis_url: str, key_prefix: str, nodes: int, node_list: Path | None,
-                 raw_seconds: float, chunk: int, batch: int, drain_reports: int) -> _RawRates:
+                 raw_seconds: float, chunk: int, batch: int, drain_reports: int, decode_seconds: float) -> _RawRates:
     """Raw XADD of a sample fleet's reports (Meridian's client and redis-benchmark) and the consumer's drain."""
     from meridian.fleet import SimulatedFleet
 
@@ -230,8 +237,96 @@ def _measure_raw(bus: RedisStreamBus, *, redis_url: str, key_prefix: str, nodes:
         raw_rb = _raw_xadd_redis_benchmark(redis_url, key_prefix, payload_bytes,
                                            requests=max(int(raw_seconds * 300_000), 20_000))
         drain_rate = _consumer_drain(bus, sample, drain_reports, batch) if drain_reports else None
-    return _RawRates(payload_bytes=payload_bytes, python=raw_python, redis_benchmark=raw_rb, drain=drain_rate)
+    decode = None
+    if decode_seconds > 0:
+        with console.status(f"decode: upb into a TelemetryBatch, {decode_seconds:g} s …"):
+            decode = measure_decode(_decode_sample(sample, DECODE_SAMPLE_REPORTS), batch=batch,
+                                    seconds=decode_seconds, cluster=BENCH_CLUSTER)
+    return _RawRates(payload_bytes=payload_bytes, python=raw_python, redis_benchmark=raw_rb, drain=drain_rate,
+                     decode=decode)
 
+
+#: Reports in the decode measurement's sample (12 batches of the default 5,000).
+DECODE_SAMPLE_REPORTS = 60_000
+
+
+def _decode_sample(sample: SimulatedFleet, reports: int) -> list[bytes]:
+    """About ``reports`` reports of ``sample``'s first nodes over one whole labels cycle, the mix a
+    consumer sees in steady state: one report in ``labels_every`` carries the node's labels (they cost
+    more to decode). A single round would be all labelled or all unlabelled."""
+    rounds = sample.labels_every
+    rows = slice(0, max(1, min(sample.n_nodes, -(-reports // rounds))))
+    out: list[bytes] = []
+    for _ in range(rounds):
+        sample.advance(time.time())
+        out += sample.reports(time.time(), rows)
+    return out
+
+
+@dataclass
+class DecodeRates:
+    """Seconds spent decoding (and validating) the same batches, over ``passes`` passes."""
+
+    reports: int  # reports in the sample (one pass)
+    batch: int
+    payload_bytes: float  # mean
+    labelled_fraction: float  # reports carrying the node's labels and taints
+    backend: str  # protobuf's implementation: 'upb' is its C backend
+    passes: int = 0
+    decode_s: float = 0.0  # decode only
+    validate_s: float = 0.0  # validate_batch after the decode
+
+    def as_dict(self) -> dict[str, Any]:
+        done = self.reports * self.passes
+        return {
+            "reports_per_s": round(done / self.decode_s, 1),
+            "validated_reports_per_s": round(done / (self.decode_s + self.validate_s), 1),
+            "reports": self.reports, "batch": self.batch, "passes": self.passes,
+            "payload_bytes_mean": round(self.payload_bytes, 1), "labelled_fraction": round(self.labelled_fraction, 4),
+            "protobuf_backend": self.backend,
+        }
+
+
+def measure_decode(payloads: list[bytes], *, batch: int = 5000, seconds: float = 3.0,
+                   cluster: str | None = None) -> DecodeRates:
+    """Decode ``payloads`` in batches of ``batch`` as the consumer does
+    (:func:`meridian.telemetry.decode_batch`, upb), whole passes over the sample until ``seconds``
+    have been spent decoding (one pass at least, after a warm-up pass), each batch followed by the
+    consumer's :func:`~meridian.telemetry.validate_batch`, timed apart. No Redis involved."""
+    from google.protobuf.internal import api_implementation
+
+    from meridian.bus import StreamEntry
+    from meridian.telemetry import Rejected, decode_batch
+
+    if not payloads:
+        raise ValueError("measure_decode needs at least one payload")
+    entries = [StreamEntry(f"{i + 1}-0", p) for i, p in enumerate(payloads)]
+    batches = [entries[s:s + batch] for s in range(0, len(entries), batch)]
+    warm: list[Rejected] = []
+    labelled = sum(len(decode_batch(b, warm)[0].labels) for b in batches)  # also the warm-up
+    rates = DecodeRates(reports=len(entries), batch=batch, payload_bytes=sum(map(len, payloads)) / len(payloads),
+                        labelled_fraction=labelled / len(entries), backend=api_implementation.Type())
+    while rates.passes == 0 or rates.decode_s < seconds:
+        decode_s, validate_s = _timed_pass(batches, cluster)
+        rates.decode_s += decode_s
+        rates.validate_s += validate_s
+        rates.passes += 1
+    return rates
+
+
+def _timed_pass(batches: list[list[Any]], cluster: str | None) -> tuple[float, float]:
+    """(seconds decoding, seconds validating) of one pass over ``batches``."""
+    from meridian.telemetry import Rejected, decode_batch, validate_batch
+
+    decode_s = validate_s = 0.0
+    for entries in batches:
+        rejected: list[Rejected] = []
+        t0 = time.perf_counter()
+        decoded, clusters = decode_batch(entries, rejected)
+        t1 = time.perf_counter()
+        validate_batch(decoded, clusters, cluster, rejected)
+        decode_s, validate_s = decode_s + t1 - t0, validate_s + time.perf_counter() - t1
+    return decode_s, validate_s
 
 @dataclass
 class _EndToEnd:
@@ -380,6 +475,8 @@ def _results(run: _EndToEnd, raw: _RawRates, *, nodes: int, producers: int, inte
         "raw_xadd_python_per_s": round(raw_python, 1),
         "raw_xadd_redis_benchmark_per_s": round(raw_rb, 1) if raw_rb is not None else None,
         "consumer_drain_reports_per_s": round(raw.drain, 1) if raw.drain is not None else None,
+        # The consumer's decode alone (upb into a TelemetryBatch), with and without validation.
+        "decode": raw.decode.as_dict() if raw.decode is not None else None,
         "ratio_to_raw_xadd": round(reports_per_s / (raw_rb if raw_rb is not None else raw_python), 3),
         "consumer_cpu_us_per_report": round(consumer_us, 2),
         "producer_cpu_us_per_report": round(producer_us, 2),
@@ -417,6 +514,9 @@ def _print_results(results: dict[str, Any], *, nodes: int, producers: int, inter
                 "stream_length_at_end", "consumer_lag_at_end", "dead_lettered"):
         value = results[key]
         table.add_row(key, f"{value:,.1f}" if isinstance(value, float) else str(value))
+    for key, value in (results["decode"] or {}).items():
+        shown = (f"{value:,.1f}" if value >= 100 else f"{value:.3f}") if isinstance(value, float) else str(value)
+        table.add_row(f"decode.{key}", shown)
     console.print(table)
 
 
