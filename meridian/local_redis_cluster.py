@@ -115,11 +115,7 @@ class LocalRedisCluster:
             if port not in self.ports:
                 self.ports.append(port)
         for port in self.ports:
-            self.procs[port] = subprocess.Popen(
-                [server, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
-                 "--cluster-config-file", f"nodes-{port}.conf", "--cluster-node-timeout", str(self.node_timeout_ms),
-                 "--save", "", "--appendonly", "no", "--dir", self.workdir],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=self.detach)
+            self._spawn(server, port)
         for port in self.ports:
             _wait(lambda p=port: self.node(p).ping(), timeout=10, what=f"redis-server (cluster mode) on port {port}")
         if self.primaries >= 3:
@@ -129,6 +125,19 @@ class LocalRedisCluster:
         else:
             self._join_by_hand()
         _wait(self._formed, timeout=30, what="the Redis Cluster to form")
+
+    def _spawn(self, server: str, port: int) -> None:
+        self.procs[port] = subprocess.Popen(
+            [server, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+             "--cluster-config-file", f"nodes-{port}.conf", "--cluster-node-timeout", str(self.node_timeout_ms),
+             "--save", "", "--appendonly", "no", "--dir", self.workdir],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=self.detach)
+
+    def restart(self, port: int) -> None:
+        """Start a killed node again on its port with its cluster configuration (what a restarted pod does): it
+        rejoins, as a replica of whichever node took over its slots, with an empty data set it then syncs."""
+        self._spawn(binary("redis-server"), port)
+        _wait(lambda: self.node(port).ping(), timeout=10, what=f"redis-server on port {port} to restart")
 
     def _join_by_hand(self) -> None:
         """What ``redis-cli --cluster create`` does, for the one- and two-primary clusters it refuses."""

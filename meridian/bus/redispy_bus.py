@@ -331,9 +331,10 @@ class RedisPyStreamBus:
         except BusUnavailableError:
             self._refresh_topology()
             raise
-        if isinstance(result, redis.exceptions.ResponseError) and str(result).startswith(("MOVED", "ASK")):
+        if isinstance(result, _UNAVAILABLE) or (isinstance(result, redis.exceptions.ResponseError) and str(result)
+                                                .startswith(("MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN", "LOADING"))):
             self._refresh_topology()
-            raise BusUnavailableError(f"redis at {self.url}: {command} on {full}: the slot moved ({result}); retry")
+            raise BusUnavailableError(f"redis at {self.url}: {command} on {full}: {result} (failing over); retry")
         if isinstance(result, Exception):
             raise BusError(f"{command} on {full}: {result}")
         if isinstance(acked, Exception) or int(acked) < replicas:
