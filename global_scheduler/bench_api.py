@@ -222,10 +222,10 @@ def publish_clusters(redis_url: str, prefix: str, clusters: int) -> None:
 
 def remove_run_keys(redis_url: str, prefix: str) -> None:
     """Every key the run left under its private prefix (streams, events, workload store), and no other."""
-    from meridian.bus import redis_client
     from meridian.bus.cleanup import delete_key_prefix
+    from meridian.bus.connection import keyspace_client
 
-    client = redis_client(redis_url)
+    client = keyspace_client(redis_url)
     try:
         delete_key_prefix(client, prefix)
     finally:

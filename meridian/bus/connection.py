@@ -33,6 +33,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 import redis
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from redis.cluster import RedisCluster
 
 from meridian.bus.base import BusConfigError
 
@@ -213,9 +214,28 @@ def endpoint_from_url(url: str, security: RedisSecuritySettings | None = None) -
 
 def redis_client(url: str, *, security: RedisSecuritySettings | None = None, **kwargs: Any) -> redis.Redis:
     """A redis-py client for ``url`` with this process's credentials and TLS (``security`` None: from the
-    environment, ``MERIDIAN_REDIS_*``), for code that needs Redis beyond the bus (the energy ledger)."""
+    environment, ``MERIDIAN_REDIS_*``), for code that needs Redis beyond the bus (the energy ledger). One Redis
+    only: a cluster URL raises :class:`BusConfigError` (:func:`cluster_client` for those)."""
     endpoint = endpoint_from_url(url, security if security is not None else RedisSecuritySettings())
+    if endpoint.cluster:
+        raise BusConfigError(f"{endpoint.redacted_url} is a Redis Cluster; this needs one Redis (redis://)")
     return redis.Redis(**endpoint.redis_kwargs(), **kwargs)
+
+
+def cluster_client(url: str, *, security: RedisSecuritySettings | None = None, **kwargs: Any) -> RedisCluster:
+    """A redis-py ``RedisCluster`` for a ``redis+cluster://`` URL, with this process's credentials and TLS."""
+    endpoint = endpoint_from_url(url, security if security is not None else RedisSecuritySettings())
+    if not endpoint.cluster:
+        raise BusConfigError(f"{endpoint.redacted_url} is not a Redis Cluster URL (redis+cluster://host:port)")
+    return RedisCluster(**endpoint.redis_kwargs(), **kwargs)
+
+
+def keyspace_client(url: str, *, security: RedisSecuritySettings | None = None, **kwargs: Any) -> redis.Redis:
+    """A client that reaches every key of ``url``: ``RedisCluster`` for a cluster URL (commands routed by slot,
+    ``SCAN`` over every primary), else ``redis.Redis``. For whole-keyspace chores such as removing a run's keys."""
+    if url.split("://", 1)[0].endswith("+cluster"):
+        return cluster_client(url, security=security, **kwargs)  # type: ignore[return-value]
+    return redis_client(url, security=security, **kwargs)
 
 
 def require_redis(url: str, *, setting: str, security: RedisSecuritySettings | None = None,
@@ -230,8 +250,15 @@ def require_redis(url: str, *, setting: str, security: RedisSecuritySettings | N
     from meridian.errors import UserError, one_line
 
     shown = redact_url(url)
-    client = redis_client(url, security=security, socket_connect_timeout=timeout_s, socket_timeout=timeout_s,
-                          retry=Retry(NoBackoff(), 0))  # one attempt: redis-py's retries take seconds
+    try:
+        client = keyspace_client(url, security=security, socket_connect_timeout=timeout_s, socket_timeout=timeout_s,
+                                 retry=Retry(NoBackoff(), 0))  # one attempt: redis-py's retries take seconds
+    except redis.exceptions.RedisClusterException as exc:  # a cluster client asks its seed node at once
+        raise UserError(f"Redis Cluster at {shown} is unreachable ({one_line(exc)})",
+                        hint=f"start it, or point {setting} at a running one") from exc
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
+        raise UserError(f"Redis at {shown} is unreachable ({one_line(exc)})",
+                        hint=f"start Redis there (redis-server), or point {setting} at a running one") from exc
     try:
         client.ping()
     except redis.exceptions.AuthenticationError as exc:
