@@ -114,6 +114,9 @@ def _energy_service(settings: Any) -> tuple[list[Any], Any]:
     Redis or without the accounting package (optional for the API)."""
     hooks: list[Any] = []
     ledger = None
+    if settings.bus.url.split("://", 1)[0].endswith("+cluster"):
+        log.warning("energy reports not served: the energy ledger's scripts need one Redis, and the bus is a Redis "
+                    "Cluster; run the accounting consumer against a Redis of its own (docs/redis-cluster.md)")
     if _on_redis(settings):
         try:
             from global_scheduler.accounting.ledger import RedisLedger

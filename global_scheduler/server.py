@@ -321,6 +321,10 @@ def model_registry_for(settings: GlobalSchedulerSettings) -> ModelRegistry | Non
     Nothing connects here: a Redis that is down makes each call UNAVAILABLE, never the API's start."""
     if not settings.models.serve or settings.bus.url.startswith("memory:"):
         return None
+    if settings.bus.url.split("://", 1)[0].endswith("+cluster"):
+        # Each model's keys share a slot, but the registry's client is one Redis (docs/redis-cluster.md).
+        log.warning("ModelService not served: the model registry needs one Redis, and the bus is a Redis Cluster")
+        return None
     return open_registry(settings.bus.url, artifacts_dir=settings.models.artifacts,
                          key_prefix=settings.bus.key_prefix)
 
