@@ -15,7 +15,14 @@ The benchmark measures, in one run on loopback:
    five-minute flatness check);
 4. **decode**: the consumer's decode of a batch into a :class:`~meridian.telemetry.TelemetryBatch`
    (upb, one parse per report) alone and followed by its validation, without Redis, so that the
-   consumer's decode cost stays visible (:func:`measure_decode`; ``--decode-seconds 0`` skips it).
+   consumer's decode cost stays visible (:func:`measure_decode`; ``--decode-seconds 0`` skips it);
+5. **clients**: the hand-written RESP bus beside the redis-py (+ hiredis) bus on the same Redis and payloads,
+   alternating passes, pipelined publish and XREADGROUP + XACK drain
+   (:func:`~regional_scheduler.telemetry_shards_bench.measure_clients`; ``--client-seconds 0`` skips it);
+6. **shards** (``--cluster-primaries 1,2,3``): producer processes publishing flat out to 12 member clusters'
+   streams on a real 1-, 2-, 3-primary Redis Cluster, reports/s and each redis-server's and producer's CPU,
+   then the same with redis and producers pinned to separate cores
+   (:func:`~regional_scheduler.telemetry_shards_bench.measure_shards`).
 
 Registering the commands runs on every ``meridian`` start, so redis, psutil, the bus and the
 simulated fleet (numpy, kubernetes) are imported by the functions that use them; ``_producer`` runs
@@ -178,6 +185,21 @@ def bench_telemetry(
                                       "measurement (0 = skip)."),
     decode_seconds: float = typer.Option(3.0, "--decode-seconds", help="Seconds of the consumer's decode "
                                          "measurement, without Redis (0 = skip)."),
+    client_seconds: float = typer.Option(2.0, "--client-seconds", help="Seconds of pipelined publish per bus in "
+                                         "the hand-written vs redis-py comparison (0 = skip the comparison)."),
+    client_rounds: int = typer.Option(4, "--client-rounds", help="Alternating passes per bus in that comparison."),
+    client_drain_reports: int = typer.Option(50_000, "--client-drain-reports", help="Reports per drain pass in "
+                                             "that comparison (0 = publish only)."),
+    cluster_primaries: str = typer.Option("", "--cluster-primaries", help="Comma-separated Redis Cluster sizes "
+                                          "for the shards measurement, e.g. 1,2,3 (empty = skip)."),
+    shard_producers: int = typer.Option(2, "--shard-producers", help="Producer processes in the shards measurement."),
+    shard_seconds: float = typer.Option(5.0, "--shard-seconds", help="Measured seconds per cluster size."),
+    shard_streams: int = typer.Option(12, "--shard-streams", help="Member clusters' telemetry streams published to."),
+    shard_client: str = typer.Option("redis-py", "--shard-client", help="Producers' client in the shards "
+                                     "measurement: redis-py (open_bus: RedisCluster), hand-written (a RedisStreamBus "
+                                     "per primary, slots looked up once) or both."),
+    pin: bool | None = typer.Option(None, "--pin/--no-pin", help="Repeat the shards measurement with redis-servers "
+                                    "pinned to one core and producers to another (default: when ≥ 2 CPUs)."),
     json_out: Path | None = typer.Option(None, "--json", help="Write results as JSON to this file."),
 ) -> None:
     """End-to-end node reports/s through Redis into regional state, beside raw XADD throughput."""
@@ -190,10 +212,34 @@ def bench_telemetry(
     raw = _measure_raw(bus, redis_url=redis_url, key_prefix=key_prefix, nodes=nodes, node_list=node_list,
                        raw_seconds=raw_seconds, chunk=chunk, batch=batch, drain_reports=drain_reports,
                        decode_seconds=decode_seconds)
+    clients = None
+    if client_seconds > 0:
+        from regional_scheduler.telemetry_shards_bench import measure_clients
+
+        with console.status(f"clients: hand-written vs redis-py, {client_rounds} alternating passes …"):
+            clients = measure_clients(redis_url, raw.payloads, key_prefix=key_prefix, seconds=client_seconds,
+                                      rounds=client_rounds, drain_reports=client_drain_reports, batch=batch,
+                                      chunk=chunk)
     run = _end_to_end(bus, redis_url=redis_url, key_prefix=key_prefix, nodes=nodes, producers=producers,
                       interval_s=interval_s, duration_s=duration_s, warmup_s=warmup_s, batch=batch, chunk=chunk,
                       node_list=node_list, rss_every_s=rss_every_s)
     results = _results(run, raw, nodes=nodes, producers=producers, interval_s=interval_s)
+    results["clients"] = clients
+    results["shards"] = None
+    sizes = [int(n) for n in cluster_primaries.replace(" ", "").split(",") if n]
+    if sizes:
+        from regional_scheduler.telemetry_shards_bench import measure_shards
+
+        if shard_client not in ("redis-py", "hand-written", "both"):
+            raise typer.BadParameter("redis-py, hand-written or both", param_hint="--shard-client")
+        kinds = ["redis-py", "hand-written"] if shard_client == "both" else [shard_client]
+        status = console.status("shards …")
+        with status:
+            for kind in kinds:
+                results["shards" if kind == kinds[0] else "shards_hand_written"] = measure_shards(
+                    sizes, raw.payloads, producers=shard_producers, seconds=shard_seconds, streams=shard_streams,
+                    chunk=chunk, pin=(os.cpu_count() or 1) >= 2 if pin is None else pin, progress=status.update,
+                    client=kind.replace("-", "_"))
     _print_results(results, nodes=nodes, producers=producers, interval_s=interval_s, window=run.t_stop - run.t_warm)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
@@ -221,6 +267,7 @@ class _RawRates:
     redis_benchmark: float | None
     drain: float | None
     decode: DecodeRates | None = None
+    payloads: list[bytes] = field(default_factory=list, repr=False)  # the sample fleet's reports
 
 
 def _measure_raw(bus: RedisStreamBus, *, redis_url: str, key_prefix: str, nodes: int, node_list: Path | None,
@@ -243,7 +290,7 @@ def _measure_raw(bus: RedisStreamBus, *, redis_url: str, key_prefix: str, nodes:
             decode = measure_decode(_decode_sample(sample, DECODE_SAMPLE_REPORTS), batch=batch,
                                     seconds=decode_seconds, cluster=BENCH_CLUSTER)
     return _RawRates(payload_bytes=payload_bytes, python=raw_python, redis_benchmark=raw_rb, drain=drain_rate,
-                     decode=decode)
+                     decode=decode, payloads=payloads)
 
 
 #: Reports in the decode measurement's sample (12 batches of the default 5,000).
@@ -517,6 +564,46 @@ def _print_results(results: dict[str, Any], *, nodes: int, producers: int, inter
     for key, value in (results["decode"] or {}).items():
         shown = (f"{value:,.1f}" if value >= 100 else f"{value:.3f}") if isinstance(value, float) else str(value)
         table.add_row(f"decode.{key}", shown)
+    console.print(table)
+    if results.get("clients"):
+        _print_clients(results["clients"])
+    for key in ("shards", "shards_hand_written"):
+        if results.get(key):
+            _print_shards(results[key])
+
+
+def _print_clients(clients: dict[str, Any]) -> None:
+    table = Table(title=f"bus clients on one Redis, reports/s ({clients['rounds']} alternating passes each; "
+                  f"redis-py {clients['redis_py']}, hiredis {clients['hiredis']})")
+    for column in ("path", "hand-written", "redis-py", "ratio (hand-written / redis-py)"):
+        table.add_column(column, justify="left" if column == "path" else "right")
+    for path in ("publish", "drain"):
+        row = clients.get(path)
+        if row:
+            table.add_row(path, f"{row['hand_written']:,.0f}", f"{row['redis_py']:,.0f}", f"{row['ratio']:.2f}")
+    console.print(table)
+
+
+def _print_shards(shards: dict[str, Any]) -> None:
+    table = Table(title=f"Redis Cluster telemetry publish ({shards['client'].replace('_', '-')} producers): "
+                  f"{len(shards['members'])} member streams, "
+                  f"{shards['cpus']} CPUs (CPU: % of one core over the window)")
+    for column in ("run", "primaries", "streams/primary", "reports/s", "× 1 primary", "redis CPU %", "producer CPU %"):
+        table.add_column(column, justify="left" if column == "run" else "right")
+    for label, series in (("unpinned", shards), ("pinned", shards.get("pinned"))):
+        if not series:
+            continue
+        if label == "pinned":
+            first = next(v for v in series.values() if isinstance(v, dict))
+            label = f"pinned r{first['pinned']['redis_core']}/p{first['pinned']['producer_core']}"
+        for key, run in series.items():
+            if not isinstance(run, dict) or "reports_per_s" not in run:
+                continue
+            ratio = series.get(f"ratio_{key}_to_1")
+            table.add_row(label, key, " ".join(map(str, run["streams_per_primary"])), f"{run['reports_per_s']:,.0f}",
+                          "1.00" if key == "1" else (f"{ratio:.2f}" if ratio is not None else "–"),
+                          " ".join(f"{c:.0f}" for c in run["redis_cpu_pct"]),
+                          " ".join(f"{c:.0f}" for c in run["producer_cpu_pct"]))
     console.print(table)
 
 
