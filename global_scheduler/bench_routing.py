@@ -7,7 +7,10 @@ including ``uk-south`` and ``sa-east``, and the last week of the DLRM trace.
 
 from __future__ import annotations
 
+import resource
+import sys
 import time
+import tracemalloc
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -28,6 +31,37 @@ from global_scheduler.routing.registry import get_policy
 DEFAULT_POLICIES = ("gnn", "karmada", "least-carbon", "least-carbon-slo", "least-cost", "round-robin", "random")
 JSON_KEYS = ("energy_kwh", "carbon_kg", "cost", "slo_violations", "failures", "deadline_misses", "jain_fairness",
              "decision_ms_p50", "decision_ms_p99")
+# Added for the capacity model (issue 27): how many decisions the run's p50/p99 are over, the run's wall time per
+# decision (the simulator's own work included), and the process's peak resident memory once the policy has run.
+CAPACITY_KEYS = ("decisions", "wall_ms_per_decision", "peak_rss_mib")
+
+
+def peak_rss_mib() -> float:
+    """The process's peak resident set size so far, MiB (``ru_maxrss``: KiB on Linux, bytes on macOS)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024
+
+
+def build_sim(cfg: FederationConfig, *, traces_dir: Path, carbon_dir: Path | None = None,
+              prices_file: Path | None = None) -> tuple[FederationSim, dict[str, float]]:
+    """The simulated federation, and the memory building it took: ``federation_state_mib`` (Python allocations
+    still held once it is built, tracemalloc; the workload trace's cache included when this read it first, the
+    carbon and price series' not: they are read before tracing starts) and ``federation_build_peak_mib``
+    (their peak while building)."""
+    load_grid(traces_dir, carbon_dir, prices_file)  # cached: the federation reads the same series
+    tracing = tracemalloc.is_tracing()
+    if not tracing:
+        tracemalloc.start()
+    base, _ = tracemalloc.get_traced_memory()
+    tracemalloc.reset_peak()
+    try:
+        sim = FederationSim(cfg, traces_dir, carbon_dir=carbon_dir, prices_file=prices_file)
+        current, peak = tracemalloc.get_traced_memory()
+    finally:
+        if not tracing:
+            tracemalloc.stop()
+    mib = 1024 * 1024
+    return sim, {"federation_state_mib": (current - base) / mib, "federation_build_peak_mib": (peak - base) / mib}
 
 
 def parse_start(text: str) -> tuple[str, int | None]:
@@ -82,8 +116,12 @@ def run_routing_bench(cfg: FederationConfig, *, traces_dir: Path, policies: Sequ
                       carbon_dir: Path | None = None, prices_file: Path | None = None, checkpoint: Path | None = None,
                       on_interval: Callable[[str], Callable[[list[IntervalRecord]], None] | None] | None = None,
                       progress: Callable[[str], None] | None = None,
-                      same_work_as: str | None = None) -> dict[str, dict[str, Any]]:
+                      same_work_as: str | None = None,
+                      memory: dict[str, float] | None = None) -> dict[str, dict[str, Any]]:
     """Run each policy on the same simulated federation; returns ``{policy: metrics}``.
+
+    Besides :data:`JSON_KEYS`, each policy's metrics hold :data:`CAPACITY_KEYS`. ``memory``, when given, receives
+    the federation's size (:func:`build_sim`) and the process's ``peak_rss_mib`` at the end.
 
     ``on_interval(policy)`` may return a per-interval callback (per-cluster power, energy, carbon and
     cost records), which is how ``--save-run`` records the run.
@@ -91,7 +129,9 @@ def run_routing_bench(cfg: FederationConfig, *, traces_dir: Path, policies: Sequ
     ``same_work_as``: first run that policy, then run every policy on only the workloads it started.
     A policy that fails work emits less for less; this compares carbon on the same work.
     """
-    sim = FederationSim(cfg, traces_dir, carbon_dir=carbon_dir, prices_file=prices_file)
+    sim, built = build_sim(cfg, traces_dir=traces_dir, carbon_dir=carbon_dir, prices_file=prices_file)
+    if memory is not None:
+        memory.update(built)
     if same_work_as is not None:
         if progress:
             progress(f"{same_work_as} (to pick the work)")
@@ -105,12 +145,24 @@ def run_routing_bench(cfg: FederationConfig, *, traces_dir: Path, policies: Sequ
             progress(name)
         t0 = time.perf_counter()
         hook = on_interval(name) if on_interval else None
-        result = sim.run(policy, on_interval=hook)
+        decisions = 0
+
+        def count(_sim: FederationSim, _p: Any, _feats: Any, _wf: Any, _feasible: Any, choice: int) -> int:
+            nonlocal decisions
+            decisions += 1  # one per Router.decide, reroutes included: what decision_ms_p50/p99 are over
+            return choice
+        result = sim.run(policy, on_interval=hook, on_decision=count)
+        wall = time.perf_counter() - t0
         out = result.as_dict()
-        out["wall_s"] = round(time.perf_counter() - t0, 2)
+        out["wall_s"] = round(wall, 2)
+        out["decisions"] = decisions
+        out["wall_ms_per_decision"] = 1000 * wall / max(decisions, 1)
+        out["peak_rss_mib"] = peak_rss_mib()  # the process's, so far: it never falls between policies
         if fallbacks_of(policy):
             out["model_fallbacks"] = fallbacks_of(policy)
         results[name] = out
+    if memory is not None:
+        memory["peak_rss_mib"] = peak_rss_mib()
     return results
 
 

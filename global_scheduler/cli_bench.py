@@ -66,20 +66,27 @@ def bench_routing(
         def on_interval(name: str) -> Any:
             hooks[name] = FederationRunHook(name)
             return hooks[name]
+    memory: dict[str, float] = {}
     try:
         with console.status("routing…") as status:
             results = run_routing_bench(cfg, traces_dir=traces_dir, policies=names_list, carbon_dir=carbon,
                                         prices_file=prices, checkpoint=checkpoint, on_interval=on_interval,
                                         progress=lambda name: status.update(f"routing with {name}…"),
-                                        same_work_as=same_work_as)
+                                        same_work_as=same_work_as, memory=memory)
     except KeyError as exc:
         raise series_error(exc) from None
     except GridDataError as exc:  # a --carbon/--prices file or folder that cannot be read
         raise typer.BadParameter(str(exc), param_hint="--carbon/--prices") from None
     _print_results(cfg, results, same_work_as)
+    console.print(f"memory: peak RSS {memory['peak_rss_mib']:,.0f} MiB (the process, after the last policy); "
+                  f"the simulated federation holds {memory['federation_state_mib']:,.1f} MiB once built "
+                  f"(peak {memory['federation_build_peak_mib']:,.1f} MiB while building, tracemalloc)")
     if latency_clusters:
         _time_decisions(names_list, results, latency_clusters=latency_clusters, traces_dir=traces_dir,
                         checkpoint=checkpoint)
+        from global_scheduler.bench_routing import peak_rss_mib
+
+        memory["peak_rss_mib"] = peak_rss_mib()  # the timing federation may be the larger one
     summary = comparison(results)
     if summary:
         console.print(summary)
@@ -94,22 +101,27 @@ def bench_routing(
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps({"config": config_json(cfg), "same_work_as": same_work_as,
-                                        "policies": results, "comparison": summary}, indent=2, default=str))
+                                        "policies": results, "comparison": summary, "memory": memory},
+                                       indent=2, default=str))
 
 
 
 def _print_results(cfg: Any, results: dict[str, Any], same_work_as: str | None) -> None:
-    """One row per policy: energy, carbon, cost, SLO, failures, fairness and decision time."""
+    """One row per policy: energy, carbon, cost, SLO, failures, fairness, decision time (p50/p99 of the
+    run's own decisions, the run's wall time per decision) and the process's peak RSS once it has run."""
     work = f", only the work {same_work_as} starts" if same_work_as else ""
     table = Table(title=f"routing: {cfg.clusters} clusters in {len(cfg.regions)} regions, {cfg.days} days from "
                   f"{cfg.start}, {next(iter(results.values()))['workloads']} workloads{work}")
     for col in ("policy", "energy kWh", "carbon kg", "cost EUR", "SLO viol.", "failures", "deadline miss",
-                "Jain", "p50 ms", "p99 ms"):
+                "Jain", "decisions", "p50 ms", "p99 ms", "wall ms/dec.", "peak RSS MiB"):
         table.add_column(col, justify="right")
+    table.columns[0].no_wrap = True  # policy names whole, however many columns
+    table.columns[0].min_width = max(len(name) for name in results)
     for name, r in results.items():
         table.add_row(name, f"{r['energy_kwh']:,.0f}", f"{r['carbon_kg']:,.0f}", f"{r['cost']:,.0f}",
                       str(r["slo_violations"]), str(r["failures"]), str(r["deadline_misses"]),
-                      f"{r['jain_fairness']:.3f}", f"{r['decision_ms_p50']:.3f}", f"{r['decision_ms_p99']:.3f}")
+                      f"{r['jain_fairness']:.3f}", f"{r['decisions']:,}", f"{r['decision_ms_p50']:.3f}",
+                      f"{r['decision_ms_p99']:.3f}", f"{r['wall_ms_per_decision']:.2f}", f"{r['peak_rss_mib']:,.0f}")
     console.print(table)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from global_scheduler.bench_routing import JSON_KEYS
+from global_scheduler.bench_routing import CAPACITY_KEYS, JSON_KEYS
 from meridian.cli import build_app
 from meridian.traces import default_traces_dir
 
@@ -32,6 +32,19 @@ def test_json_has_the_issue_keys_for_every_policy(tmp_path: Path) -> None:
         assert set(JSON_KEYS) <= set(result)
         assert result["carbon_kg"] > 0 and result["energy_kwh"] > 0
     assert data["same_work_as"] is None
+
+
+def test_json_reports_decision_counts_and_memory(tmp_path: Path) -> None:
+    """The capacity model's figures (issue 27): decision p99 over the run's own decisions, and memory."""
+    data = _bench(tmp_path, "--policies", "karmada")
+    result = data["policies"]["karmada"]
+    assert set(CAPACITY_KEYS) <= set(result)
+    assert result["decisions"] >= result["placed"] > 0  # every start took a decision; reroutes take more
+    assert result["decision_ms_p99"] >= result["decision_ms_p50"] > 0
+    assert result["wall_ms_per_decision"] > 0
+    memory = data["memory"]
+    assert memory["peak_rss_mib"] >= result["peak_rss_mib"] > 0
+    assert memory["federation_build_peak_mib"] >= memory["federation_state_mib"] > 0
 
 
 def test_same_work_runs_every_policy_on_what_the_reference_started(tmp_path: Path) -> None:
