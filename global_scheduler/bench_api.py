@@ -22,8 +22,9 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -309,6 +310,41 @@ def run_api_bench(*, redis_url: str, rate: float = 1200.0, duration_s: float = 1
 
 CLEAN_TOKEN = "bench-clean"
 TARGET_RATIO = 0.90
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc; 0 where it cannot be read)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_api_bench_on_primaries(sizes: Sequence[int], *, redis_url: str, progress: Callable[[str], object] = print,
+                               **kwargs: Any) -> dict[str, dict[str, Any]]:
+    """The same API load against the single Redis at ``redis_url``, then against local Redis Clusters of each size
+    in ``sizes`` (no replicas), one after the other: where the API's ceiling is, and whether Redis is it. Each
+    cluster run adds ``redis_cpu_pct``: each primary's CPU over the run, in % of one core."""
+    from meridian.local_redis_cluster import LocalRedisCluster
+
+    runs: dict[str, dict[str, Any]] = {}
+    progress("one Redis …")
+    runs["redis"] = run_api_bench(redis_url=redis_url, **kwargs).as_dict()
+    for n in sizes:
+        progress(f"Redis Cluster, {n} primar{'y' if n == 1 else 'ies'} …")
+        cluster = LocalRedisCluster(primaries=n, replicas=0).start()
+        try:
+            pids = [p.pid for p in cluster.procs.values()]
+            before, t0 = [_cpu_seconds(pid) for pid in pids], time.monotonic()
+            d = run_api_bench(redis_url=cluster.url, **kwargs).as_dict()
+            wall = time.monotonic() - t0
+            d["redis_cpu_pct"] = [round(100 * (_cpu_seconds(pid) - b) / wall, 1) for pid, b in zip(pids, before,
+                                                                                                   strict=True)]
+            runs[f"cluster-{n}"] = d
+        finally:
+            cluster.stop()
+    return runs
 
 
 def _hostile_main(port: int, wid: str, watches: int, tokens: list[str], oversized_per_s: float,

@@ -171,9 +171,25 @@ def bench_api(
                                                      "reports accepted, lost, dispatched_twice and failover_s."),
     lease_s: float = typer.Option(5.0, "--lease-s", min=0.1, help="With --kill-leader-at: the leader lease "
                                   "(ha.lease_duration_s; renew deadline 0.7x, retry period 0.1x)."),
+    cluster_primaries: str = typer.Option("", "--cluster-primaries", help="Also run the same load against local "
+                                          "Redis Clusters of these many primaries (e.g. 1,2,3; no replicas), one "
+                                          "after the other, beside the single Redis (docs/capacity.md)."),
 ) -> None:
     """Sustained SubmitWorkload load over loopback; checks every accepted workload is dispatched once."""
     from global_scheduler.bench_api import run_api_bench
+
+    if cluster_primaries:
+        try:
+            sizes = [int(x) for x in cluster_primaries.split(",") if x.strip()]
+        except ValueError:
+            raise typer.BadParameter("comma-separated primary counts, e.g. 1,2,3",
+                                     param_hint="--cluster-primaries") from None
+        if not sizes or min(sizes) < 1:
+            raise typer.BadParameter("at least one count, each >= 1", param_hint="--cluster-primaries")
+        _bench_api_primaries(sizes, duration=duration, rate=rate, clients=clients, clusters=clusters, policy=policy,
+                             redis_url=redis_url, json_out=json_out, gil_switch_ms=gil_switch_ms,
+                             routing_process=routing_process)
+        return
 
     if kill_leader_at is not None:
         _bench_api_ha(duration=duration, rate=rate, clients=clients, clusters=clusters, policy=policy,
@@ -209,6 +225,28 @@ def bench_api(
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(d, indent=2))
+
+
+def _bench_api_primaries(sizes: list[int], *, duration: float, rate: float, clients: int, clusters: int, policy: str,
+                         redis_url: str, json_out: Path | None, gil_switch_ms: float, routing_process: bool) -> None:
+    from global_scheduler.bench_api import run_api_bench_on_primaries
+
+    runs = run_api_bench_on_primaries(sizes, redis_url=redis_url, rate=rate, duration_s=duration, clients=clients,
+                                      clusters=clusters, policy=policy, gil_switch_interval_ms=gil_switch_ms or None,
+                                      routing_process=routing_process, progress=console.print)
+    table = Table(title=f"SubmitWorkload over loopback, {rate:.0f}/s offered for {duration:.0f} s: one Redis and "
+                        "Redis Clusters of 1, 2, … primaries, in one run")
+    for col in ("bus", "throughput/s", "p50 ms", "p99 ms", "dispatched", "duplicates", "missing",
+                "redis CPU % per primary"):
+        table.add_column(col, justify="right")
+    for name, d in runs.items():
+        table.add_row(name, f"{d['throughput_per_s']:.0f}", f"{d['latency_ms_p50']:.1f}", f"{d['latency_ms_p99']:.1f}",
+                      str(d["dispatched_unique"]), str(d["duplicates"]), str(d["missing"]),
+                      ", ".join(f"{c:.0f}" for c in d.get("redis_cpu_pct", [])) or "-")
+    console.print(table)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(runs, indent=2))
 
 
 def _bench_api_ha(*, duration: float, rate: float, clients: int, clusters: int, policy: str, redis_url: str,

@@ -10,9 +10,10 @@ import sys
 
 import redis
 
-from global_scheduler.bench_api import run_api_bench
+from global_scheduler.bench_api import run_api_bench, run_api_bench_on_primaries
 from global_scheduler.settings import GlobalSchedulerSettings
 from meridian.bus.cleanup import prefix_pattern
+from tests.redis_helpers import require
 
 
 def test_small_load_is_dispatched_exactly_once(redis_url: str) -> None:
@@ -51,3 +52,17 @@ def test_server_applies_the_switch_interval(federation) -> None:
         assert abs(sys.getswitchinterval() - fed.engine.settings.api.gil_switch_interval_ms / 1000) < 1e-12
     finally:
         sys.setswitchinterval(before)
+
+
+def test_the_same_load_runs_on_a_redis_cluster_beside_one_redis(redis_url: str) -> None:
+    """``bench api --cluster-primaries``: the global scheduler's bus and store on a real one-primary Redis Cluster,
+    every accepted workload dispatched exactly once there too, and the primary's CPU measured."""
+    require("redis-server")
+    require("redis-cli")
+    runs = run_api_bench_on_primaries([1], redis_url=redis_url, rate=50.0, duration_s=1.0, clients=1, clusters=2,
+                                      policy="karmada", progress=lambda _: None)
+    assert list(runs) == ["redis", "cluster-1"]
+    for d in runs.values():
+        assert d["errors"] == 0 and d["accepted"] >= 40
+        assert d["dispatched_unique"] == d["accepted"] and d["duplicates"] == 0 and d["missing"] == 0
+    assert len(runs["cluster-1"]["redis_cpu_pct"]) == 1 and runs["cluster-1"]["redis_cpu_pct"][0] > 0
