@@ -179,14 +179,7 @@ def bench_api(
     from global_scheduler.bench_api import run_api_bench
 
     if cluster_primaries:
-        try:
-            sizes = [int(x) for x in cluster_primaries.split(",") if x.strip()]
-        except ValueError:
-            raise typer.BadParameter("comma-separated primary counts, e.g. 1,2,3",
-                                     param_hint="--cluster-primaries") from None
-        if not sizes or min(sizes) < 1:
-            raise typer.BadParameter("at least one count, each >= 1", param_hint="--cluster-primaries")
-        _bench_api_primaries(sizes, duration=duration, rate=rate, clients=clients, clusters=clusters, policy=policy,
+        _bench_api_primaries(_primary_counts(cluster_primaries), duration=duration, rate=rate, clients=clients, clusters=clusters, policy=policy,
                              redis_url=redis_url, json_out=json_out, gil_switch_ms=gil_switch_ms,
                              routing_process=routing_process)
         return
@@ -225,6 +218,16 @@ def bench_api(
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(d, indent=2))
+
+
+def _primary_counts(text: str) -> list[int]:
+    try:
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter("comma-separated primary counts, e.g. 1,2,3", param_hint="--cluster-primaries") from None
+    if not sizes or min(sizes) < 1:
+        raise typer.BadParameter("at least one count, each >= 1", param_hint="--cluster-primaries")
+    return sizes
 
 
 def _bench_api_primaries(sizes: list[int], *, duration: float, rate: float, clients: int, clusters: int, policy: str,

@@ -195,9 +195,9 @@ def bench_telemetry(
     shard_producers: int = typer.Option(2, "--shard-producers", help="Producer processes in the shards measurement."),
     shard_seconds: float = typer.Option(5.0, "--shard-seconds", help="Measured seconds per cluster size."),
     shard_streams: int = typer.Option(12, "--shard-streams", help="Member clusters' telemetry streams published to."),
-    shard_client: str = typer.Option("redis-py", "--shard-client", help="Producers' client in the shards "
-                                     "measurement: redis-py (open_bus: RedisCluster), hand-written (a RedisStreamBus "
-                                     "per primary, slots looked up once) or both."),
+    shard_client: str = typer.Option("production", "--shard-client", help="Producers' client in the shards "
+                                     "measurement: production (open_bus: redis-py's RedisCluster for the slot map, "
+                                     "the hand-packed publish per primary), redis-py (its cluster pipeline) or both."),
     pin: bool | None = typer.Option(None, "--pin/--no-pin", help="Repeat the shards measurement with redis-servers "
                                     "pinned to one core and producers to another (default: when ≥ 2 CPUs)."),
     json_out: Path | None = typer.Option(None, "--json", help="Write results as JSON to this file."),
@@ -230,16 +230,16 @@ def bench_telemetry(
     if sizes:
         from regional_scheduler.telemetry_shards_bench import measure_shards
 
-        if shard_client not in ("redis-py", "hand-written", "both"):
-            raise typer.BadParameter("redis-py, hand-written or both", param_hint="--shard-client")
-        kinds = ["redis-py", "hand-written"] if shard_client == "both" else [shard_client]
+        if shard_client not in ("production", "redis-py", "both"):
+            raise typer.BadParameter("production, redis-py or both", param_hint="--shard-client")
+        kinds = ["production", "redis-py"] if shard_client == "both" else [shard_client]
         status = console.status("shards …")
         with status:
             for kind in kinds:
-                results["shards" if kind == kinds[0] else "shards_hand_written"] = measure_shards(
+                results["shards" if kind == "production" else "shards_redis_py"] = measure_shards(
                     sizes, raw.payloads, producers=shard_producers, seconds=shard_seconds, streams=shard_streams,
                     chunk=chunk, pin=(os.cpu_count() or 1) >= 2 if pin is None else pin, progress=status.update,
-                    client=kind.replace("-", "_"))
+                    client="hand_written" if kind == "production" else "redis_py")
     _print_results(results, nodes=nodes, producers=producers, interval_s=interval_s, window=run.t_stop - run.t_warm)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
@@ -567,7 +567,7 @@ def _print_results(results: dict[str, Any], *, nodes: int, producers: int, inter
     console.print(table)
     if results.get("clients"):
         _print_clients(results["clients"])
-    for key in ("shards", "shards_hand_written"):
+    for key in ("shards", "shards_redis_py"):
         if results.get(key):
             _print_shards(results[key])
 

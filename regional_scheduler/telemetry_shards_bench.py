@@ -1,13 +1,14 @@
 """Issue 27's two telemetry measurements, for ``meridian bench telemetry``:
 
-* :func:`measure_clients`: the hand-written RESP bus (:class:`~meridian.bus.RedisStreamBus`) beside the
-  redis-py (+ hiredis) bus (:class:`~meridian.bus.redispy_bus.RedisPyStreamBus`) on the same single Redis and
-  the same payloads, in alternating passes (hand-written, redis-py, hand-written, …) so that machine noise
-  hits both: pipelined publish (``publish_many`` chunks) and a bare XREADGROUP + XACK drain of a pre-filled
-  stream (no decode, so only the client differs);
+* :func:`measure_clients`: the production bus (:class:`~meridian.bus.RedisStreamBus`: redis-py plus the
+  hand-packed publish) beside the pure redis-py (+ hiredis) bus (:class:`~meridian.bus.redispy_bus.RedisPyStreamBus`)
+  on the same single Redis and the same payloads, in alternating passes so that machine noise hits both:
+  pipelined publish (``publish_many`` chunks) and a bare XREADGROUP + XACK drain of a pre-filled stream.
+  Both buses read through redis-py (the hand-written reader measured 0.99–1.01× redis-py and was removed),
+  so the drain ratio is a control: it should stay near 1;
 * :func:`measure_shards`: producer *processes* publishing flat out to ``streams`` member clusters' telemetry
   streams on a real :class:`~meridian.local_redis_cluster.LocalRedisCluster` of 1, 2, 3 … primaries,
-  through :func:`meridian.bus.open_bus` (redis-py's ``RedisCluster``); acknowledged reports/s over the
+  through the production bus or the pure redis-py one; acknowledged reports/s over the
   window and the CPU (% of one core) each redis-server and each producer used in it; optionally repeated
   with the redis-servers pinned to one core and the producers to another.
 
@@ -158,33 +159,16 @@ def balanced_members(count: int, primaries: Sequence[int], *, prefix: str = "ben
     return [name for _, name in sorted(chosen)]
 
 
-def _per_stream_buses(url: str, streams: list[str]) -> list[Any]:
-    """The hand-written client on a cluster: one :class:`~meridian.bus.RedisStreamBus` per primary, each stream
-    published to the primary that owns its slot now (no MOVED handling: the benchmark's topology is fixed)."""
-    from redis.cluster import RedisCluster
-
-    from meridian.bus import RedisStreamBus
-
-    host, port = url.split("://", 1)[1].rsplit(":", 1)
-    cluster = RedisCluster(host=host, port=int(port))
-    try:
-        owners = [cluster.get_node_from_key(s) for s in streams]
-    finally:
-        cluster.close()
-    by_node: dict[str, Any] = {}
-    for node in owners:
-        by_node.setdefault(node.name, RedisStreamBus(f"redis://{node.host}:{node.port}/0"))
-    return [by_node[node.name] for node in owners]
-
-
 def _shard_producer(index: int, url: str, streams: list[str], payloads: list[bytes], chunk: int, maxlen: int,
                     ready: Any, start: Any, stop: Any, counts: Any, client: str = "redis_py") -> None:
     """One producer process: ``publish_many`` chunks of ``payloads`` round-robin over ``streams`` until ``stop``;
-    ``counts[index]`` = reports acknowledged so far. ``client`` ``redis_py``: :func:`meridian.bus.open_bus`
-    (redis-py's ``RedisCluster``); ``hand_written``: :func:`_per_stream_buses`."""
-    from meridian.bus import BusUnavailableError, open_bus
+    ``counts[index]`` = reports acknowledged so far. ``client`` ``hand_written``: the production bus
+    (:func:`meridian.bus.open_bus`: redis-py's ``RedisCluster`` for the slot map, and the hand-packed publish
+    on a socket per primary); ``redis_py``: :class:`~meridian.bus.redispy_bus.RedisPyStreamBus` (redis-py's
+    cluster pipeline)."""
+    from meridian.bus import BusUnavailableError, RedisPyStreamBus, open_bus
 
-    buses = _per_stream_buses(url, streams) if client == "hand_written" else [open_bus(url)] * len(streams)
+    buses = [open_bus(url) if client == "hand_written" else RedisPyStreamBus(url)] * len(streams)
     for bus in buses:
         bus.ping()
     ready.put(index)
@@ -289,7 +273,7 @@ def measure_shards(primaries: Sequence[int], payloads: Sequence[bytes], *, produ
                    client: str = "redis_py") -> dict[str, Any]:
     """:func:`shard_run` for each cluster size in ``primaries``; with ``pin`` (needs two usable cores) the whole
     series again with the redis-servers on the first usable core and the producers on the second. ``client``:
-    ``redis_py`` (``open_bus``, redis-py's cluster pipeline) or ``hand_written`` (a RedisStreamBus per primary).
+    ``redis_py`` (redis-py's cluster pipeline) or ``hand_written`` (the production bus, ``open_bus``).
     Keys:
     ``"<N>"`` per size, ``ratio_<N>_to_1``, ``members``, ``pinned`` (same shape, or None)."""
     members = balanced_members(streams, primaries)

@@ -105,6 +105,8 @@ class RedisPyStreamBus:
         ``wait_timeout_ms``: how long a durable write waits for its replicas."""
         self._endpoint: RedisEndpoint = endpoint_from_url(
             url, security if security is not None else RedisSecuritySettings())
+        if self._endpoint.tls:
+            self._endpoint.ssl_context()  # an unreadable CA or client certificate fails here, at start
         self.url = self._endpoint.redacted_url
         self.user = self._endpoint.user
         self.key_prefix = key_prefix

@@ -1,7 +1,8 @@
 """One contract suite for every ``StreamBus`` implementation (ARCHITECTURE.md: the fabric).
 
-The same tests run on the in-process bus, the hand-written RESP bus and the redis-py bus on the real server at
-REDIS_URL, and the redis-py bus on a real Redis Cluster (``redis+cluster://``), each under a unique key prefix.
+The same tests run on the in-process bus and, on the real server at REDIS_URL and on a real Redis Cluster
+(``redis+cluster://``), on the production bus (redis-py plus the hand-packed publish) and on the pure redis-py
+bus, each under a unique key prefix.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from protos import telemetry_pb2
 STREAM = telemetry_stream("contract")
 
 
-@pytest.fixture(params=["memory", "redis", "redis-py", "redis-cluster"])
+@pytest.fixture(params=["memory", "redis", "redis-py", "redis-cluster", "redis-py-cluster"])
 def bus(request: pytest.FixtureRequest, redis_url: str) -> Iterator[StreamBus]:
     impl: StreamBus
     if request.param == "memory":
@@ -36,10 +37,13 @@ def bus(request: pytest.FixtureRequest, redis_url: str) -> Iterator[StreamBus]:
         impl = RedisStreamBus(redis_url, key_prefix=request.getfixturevalue("key_prefix"))
     elif request.param == "redis-py":
         impl = RedisPyStreamBus(redis_url, key_prefix=request.getfixturevalue("key_prefix"))
-    else:
+    elif request.param == "redis-cluster":
         url = request.getfixturevalue("redis_cluster_url")
         impl = open_bus(url, key_prefix=request.getfixturevalue("cluster_key_prefix"))
-        assert isinstance(impl, RedisPyStreamBus) and impl.is_cluster
+        assert isinstance(impl, RedisStreamBus) and impl.is_cluster
+    else:
+        url = request.getfixturevalue("redis_cluster_url")
+        impl = RedisPyStreamBus(url, key_prefix=request.getfixturevalue("cluster_key_prefix"))
     yield impl
     impl.close()
 

@@ -134,7 +134,7 @@ def test_an_unreachable_cluster_is_one_line_at_start() -> None:
 
 def test_the_cluster_bus_and_its_settings(redis_cluster_url: str, cluster_key_prefix: str) -> None:
     bus = open_bus(redis_cluster_url, key_prefix=cluster_key_prefix)
-    assert isinstance(bus, RedisPyStreamBus) and bus.is_cluster and bus.ping()
+    assert isinstance(bus, RedisStreamBus) and bus.is_cluster and bus.ping()
     require_redis(redis_cluster_url, setting="--bus-url")
     bus.hash_set("meridian:workloads:{b001}", {"w": b"x"}, replicas=1)  # every primary has a synced replica
     bus.close()

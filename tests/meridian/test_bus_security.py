@@ -234,22 +234,18 @@ def test_the_key_prefix_is_part_of_the_patterns(acl_redis: AclRedis) -> None:
         outside.close()
 
 
-def test_the_fast_read_path_authenticates_as_an_acl_user(acl_redis: AclRedis) -> None:
-    """RespSocket itself (no bus around it): AUTH user password at connect, then XREADGROUP and XACK."""
+def test_the_packed_publish_authenticates_as_an_acl_user(acl_redis: AclRedis) -> None:
+    """RespSocket itself (no bus around it): AUTH user password at connect, then pipelined XADD."""
     cluster = _cluster()
     stream = telemetry_stream(cluster).encode()
-    with acl_redis.admin() as admin:
-        admin.xgroup_create(stream, "regional", id="0", mkstream=True)
-        admin.xadd(stream, {"p": b"one"})
-        admin.xadd(stream, {"p": b"two"})
-    endpoint = endpoint_from_url(acl_redis.url("meridian-regional"))
-    reader = RespSocket(endpoint, timeout_s=5, connect_timeout_s=2)
+    endpoint = endpoint_from_url(acl_redis.url("meridian-agent"))
+    writer = RespSocket(endpoint, timeout_s=5, connect_timeout_s=2)
     try:
-        entries = reader.xreadgroup(stream, "regional", "me", count=10, block_ms=None)
-        assert [e.payload for e in entries] == [b"one", b"two"]
-        assert reader.xack(stream, "regional", [e.entry_id for e in entries]) == 2
+        assert writer.xadd_many(stream, [b"one", b"two"], maxlen=1000) == []
     finally:
-        reader.close()
+        writer.close()
+    with acl_redis.admin() as admin:
+        assert [fields[b"p"] for _, fields in admin.xrange(stream)] == [b"one", b"two"]
 
 
 # ------------------------------------------------------------------ credentials
@@ -260,8 +256,8 @@ def test_a_wrong_password_is_one_clear_line_at_connect(acl_redis: AclRedis) -> N
     bus = acl_redis.bus("meridian-agent", password=wrong)
     try:
         for attempt in (lambda: bus.publish_many(telemetry_stream("a"), [b"r"]),  # the writer socket
-                        lambda: bus.read_group(telemetry_stream("a"), "g", "me", count=1),  # the reader socket
-                        lambda: bus.publish(telemetry_stream("a"), b"r")):  # redis-py's pool
+                        lambda: bus.read_group(telemetry_stream("a"), "g", "me", count=1),  # redis-py's pool
+                        lambda: bus.publish(telemetry_stream("a"), b"r")):
             with pytest.raises(BusAuthenticationError) as refused:
                 attempt()
             _one_clear_line(refused.value, user="meridian-agent", password=wrong,
@@ -346,7 +342,7 @@ def test_settings_win_over_the_url() -> None:
 
 
 def test_the_whole_bus_runs_over_mutual_tls_as_an_acl_user(tls_redis: AclRedis) -> None:
-    """rediss://: the fast read and the pipelined publish (RespSocket) and redis-py's pool, all TLS."""
+    """rediss://: the pipelined publish (RespSocket) and redis-py's pool, all TLS."""
     cluster = _cluster()
     agent, regional = tls_redis.bus("meridian-agent"), tls_redis.bus("meridian-regional")
     try:
@@ -354,10 +350,10 @@ def test_the_whole_bus_runs_over_mutual_tls_as_an_acl_user(tls_redis: AclRedis) 
         regional.ensure_group(stream, "regional")  # redis-py
         assert agent.publish_many(stream, [b"a" * 40_000, b"b"], maxlen=1000) == 2  # RespSocket writer
         agent.publish(stream, b"c")  # redis-py
-        entries = regional.read_group(stream, "regional", "me", count=10, block_ms=100)  # RespSocket reader
+        entries = regional.read_group(stream, "regional", "me", count=10, block_ms=100)  # redis-py
         assert [e.payload for e in entries] == [b"a" * 40_000, b"b", b"c"]
         assert regional.ack(stream, "regional", [e.entry_id for e in entries]) == 3
-        assert isinstance(regional._reader._sock, ssl.SSLSocket) and isinstance(agent._writer._sock, ssl.SSLSocket)
+        assert all(isinstance(w._sock, ssl.SSLSocket) for w in agent._writers.values()) and agent._writers
         with pytest.raises(BusPermissionError, match="'meridian-agent' may not XADD"):
             agent.publish_many(dispatch_stream(cluster), [b"order"])
     finally:
