@@ -1,0 +1,185 @@
+"""The autoscaling forecaster trained across regions with Flower, each region on its own request series.
+
+The model is the short-horizon quantile forecaster's linear form (:mod:`.quantile_forecaster`): for every
+minute ``t``, ``Q_τ(load[t+1]) / s_t = x_t · w_τ`` over the 22 scale-free, causal features, for each τ in
+:data:`TAUS`. The features are scale-free (divided by the series' recent mean), so one set of weights can
+serve series of very different sizes: what one region learns about bursts, seasonality and noise can help
+another, which is what federated training is for. A region is one request series of the shared traces
+(LoRA inference, NASA web, Twitter events, Wikipedia pages). Its **training days** train, and its
+held-back days (:func:`~.request_series.split_days`) are used by nobody until the comparison.
+
+Three models are compared on every region's held-back days, by the mean pinball loss over :data:`TAUS`
+(lower is better):
+
+* **local**: trained on the region's own training days only;
+* **federated**: FedAvg or FedProx over all regions (:func:`meridian.federated.engine.run_federated`), where
+  only weights and the training loss leave a region;
+* **central**: trained on every region's training days pooled: what a company could do if it were
+  allowed to move the data, the upper bound federated training approaches;
+* **federated, fine-tuned**: the federated model trained a few more steps on the region's own training days
+  (``finetune_steps``), in the region: the usual way to serve one shared model to different regions.
+
+All three take the same number of optimiser steps per region's data (``rounds × steps_per_round``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from meridian.federated.engine import FederatedResult, RoundStats, run_federated
+from regional_scheduler.autoscaling.quantile_forecaster import FEATURE_CLIP, FEATURES, quantile_features
+
+TAUS: tuple[float, ...] = (0.5, 0.9, 0.97)
+HORIZON = 1
+#: Region names of the shared request series (file name prefix → region).
+SERIES_REGIONS: dict[str, str] = {"lora": "lora", "nasa": "nasa", "twitter": "twitter", "wikipedia": "wikipedia"}
+
+
+@dataclass(frozen=True)
+class RegionData:
+    """One region's features and targets: training rows (split into fit and validation) and held-back rows."""
+
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+
+def region_data(path: Path, name: str | None = None) -> RegionData:
+    """Rows of one request series: targets inside its training days train, the held-back days test."""
+    from regional_scheduler.autoscaling.scenario import build_scenario
+
+    scenario = build_scenario(path)
+    forecast = scenario.context.forecast
+    filled = forecast.last_observed
+    n = filled.size
+    t = np.arange(n)
+    x, scale = quantile_features(filled, forecast, scenario.context.sizing.capacity_per_replica_rpm, HORIZON)
+    y = np.minimum(filled[np.clip(t + HORIZON, 0, n - 1)] / scale, FEATURE_CLIP)
+    observed = np.isfinite(np.asarray(scenario.load, dtype=float))
+    ok = observed & observed[np.clip(t + HORIZON, 0, n - 1)] & (t >= 1440) & (t + HORIZON < n)
+    end = scenario.split.train_end_minute
+    train, test = ok & (t + HORIZON < end), ok & (t >= end)
+    return RegionData(name or scenario.name, x[train], y[train], x[test], y[test])
+
+
+def pinball(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Mean pinball loss of the quantiles ``x @ w`` (one column per τ) against ``y``."""
+    tau = torch.as_tensor(TAUS, dtype=torch.float64)[None, :]
+    r = y[:, None] - x @ w
+    return torch.maximum(tau * r, (tau - 1.0) * r).mean()
+
+
+def initial_weights() -> np.ndarray:
+    """The untrained start: every quantile predicts the recent mean (the bias feature's weight 1)."""
+    w = np.zeros((len(FEATURES), len(TAUS)))
+    w[FEATURES.index("bias"), :] = 1.0
+    return w
+
+
+def train(x: np.ndarray, y: np.ndarray, w0: np.ndarray, *, steps: int, seed: int, proximal_mu: float = 0.0,
+          lr: float = 0.01) -> np.ndarray:
+    """``steps`` full-batch Adam steps on the pinball loss from ``w0``; FedProx adds ``mu/2 ||w - w0||²``."""
+    torch.manual_seed(seed)
+    xt, yt = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(y, dtype=torch.float64)
+    anchor = torch.as_tensor(w0, dtype=torch.float64)
+    w = anchor.clone().requires_grad_(True)
+    optimiser = torch.optim.Adam([w], lr=lr)
+    for _ in range(steps):
+        optimiser.zero_grad()
+        loss = pinball(xt, yt, w)
+        if proximal_mu:
+            loss = loss + proximal_mu / 2 * ((w - anchor) ** 2).sum()
+        loss.backward()
+        optimiser.step()
+    return w.detach().numpy().copy()
+
+
+def held_out_loss(region: RegionData, w: np.ndarray) -> float:
+    with torch.no_grad():
+        return float(pinball(torch.as_tensor(region.x_test), torch.as_tensor(region.y_test), torch.as_tensor(w)))
+
+
+class ForecasterTask:
+    """One region's Flower task: train on its training days, report the loss on its last training rows."""
+
+    metric_names = frozenset({"train_loss"})
+
+    def __init__(self, region: RegionData, *, steps_per_round: int) -> None:
+        self.region = region
+        self.steps_per_round = steps_per_round
+        split = int(len(region.y_train) * 0.9)
+        self._fit = (region.x_train[:split], region.y_train[:split])
+        self._validation = (region.x_train[split:], region.y_train[split:])
+
+    def initial_parameters(self) -> list[np.ndarray]:
+        return [initial_weights()]
+
+    def fit(self, parameters: list[np.ndarray], *, epochs: int, proximal_mu: float,
+            seed: int) -> tuple[list[np.ndarray], int, dict[str, float]]:
+        w = train(*self._fit, parameters[0], steps=self.steps_per_round * epochs, seed=seed, proximal_mu=proximal_mu)
+        with torch.no_grad():
+            loss = float(pinball(torch.as_tensor(self._fit[0]), torch.as_tensor(self._fit[1]), torch.as_tensor(w)))
+        return [w], len(self._fit[1]), {"train_loss": loss}
+
+    def evaluate(self, parameters: list[np.ndarray]) -> tuple[float, int, dict[str, float]]:
+        x, y = self._validation
+        with torch.no_grad():
+            loss = float(pinball(torch.as_tensor(x), torch.as_tensor(y), torch.as_tensor(parameters[0])))
+        return loss, len(y), {}
+
+
+@dataclass
+class Comparison:
+    regions: dict[str, dict[str, float]]
+    totals: dict[str, float]
+    rounds: list[RoundStats]
+    wall_s: dict[str, float]
+    refused_updates: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"regions": self.regions, "totals": self.totals, "refused_updates": self.refused_updates,
+                "wall_s": self.wall_s,
+                "rounds": [{"round": r.round, "wall_s": round(r.wall_s, 3), "bytes_to_server": r.bytes_to_server,
+                            "bytes_from_server": r.bytes_from_server, "validation_loss": r.loss} for r in self.rounds]}
+
+
+def compare(regions: Sequence[RegionData], *, rounds: int = 20, steps_per_round: int = 25, strategy: str = "fedavg",
+            proximal_mu: float = 0.1, seed: int = 0, finetune_steps: int = 50,
+            on_round: Callable[[RoundStats], None] | None = None) -> tuple[Comparison, FederatedResult]:
+    """Local, federated and central models on every region's held-back days, in one run."""
+    steps = rounds * steps_per_round
+    start = initial_weights()
+    t0 = time.perf_counter()
+    local = {r.name: train(r.x_train, r.y_train, start, steps=steps, seed=seed) for r in regions}
+    t1 = time.perf_counter()
+    central = train(np.concatenate([r.x_train for r in regions]), np.concatenate([r.y_train for r in regions]),
+                    start, steps=steps, seed=seed)
+    t2 = time.perf_counter()
+    tasks = {r.name: ForecasterTask(r, steps_per_round=steps_per_round) for r in regions}
+    result = run_federated(tasks, rounds=rounds, strategy=strategy, proximal_mu=proximal_mu, seed=seed,
+                           on_round=on_round)
+    t3 = time.perf_counter()
+    federated = result.parameters[0]
+    per_region: dict[str, dict[str, float]] = {}
+    for r in regions:
+        tuned = train(r.x_train, r.y_train, federated, steps=finetune_steps, seed=seed)
+        per_region[r.name] = {"untrained": held_out_loss(r, start), "local": held_out_loss(r, local[r.name]),
+                              "federated": held_out_loss(r, federated), "central": held_out_loss(r, central),
+                              "federated_finetuned": held_out_loss(r, tuned),
+                              "train_rows": len(r.y_train), "test_rows": len(r.y_test)}
+    names = ("untrained", "local", "federated", "central", "federated_finetuned")
+    totals = {k: float(np.mean([v[k] for v in per_region.values()])) for k in names}
+    totals["federated_beats_local_regions"] = sum(v["federated"] <= v["local"] for v in per_region.values())
+    totals["finetuned_beats_local_regions"] = sum(v["federated_finetuned"] <= v["local"] for v in per_region.values())
+    totals["federated_vs_central"] = totals["federated"] / totals["central"] - 1.0
+    return (Comparison(per_region, totals, result.rounds, {"local": t1 - t0, "central": t2 - t1, "federated": t3 - t2},
+                       len(result.refused_updates)), result)
