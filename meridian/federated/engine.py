@@ -282,9 +282,10 @@ def _run_here(tasks: Mapping[str, LocalTask], *, rounds: int, strategy: str, pro
         c.start()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        # Flower logs every round and a deprecation notice per client at WARNING; this run reports its own.
         history_logger = logging.getLogger("flwr")
         level = history_logger.level
-        history_logger.setLevel(logging.WARNING)
+        history_logger.setLevel(logging.ERROR)
         try:
             server = fl.server.Server(client_manager=fl.server.SimpleClientManager(), strategy=server_strategy)
             fl.server.start_server(server_address=address, server=server,
