@@ -24,7 +24,6 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -313,12 +312,14 @@ TARGET_RATIO = 0.90
 
 
 def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far (/proc; 0 where it cannot be read)."""
+    """User + system CPU seconds of a process so far (0 once it is gone)."""
+    import psutil
+
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return float(times.user + times.system)
 
 
 def run_api_bench_on_primaries(sizes: Sequence[int], *, redis_url: str, progress: Callable[[str], object] = print,

@@ -441,11 +441,9 @@ def _end_to_end(bus: RedisStreamBus, *, redis_url: str, key_prefix: str, nodes: 
             _measure_window(run, published, redis_info, nodes=nodes, warmup_s=warmup_s, duration_s=duration_s,
                             rss_every_s=rss_every_s)
     finally:
-        stop.set()
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
+        from regional_scheduler.telemetry_shards_bench import stop_processes
+
+        stop_processes(stop, procs)
         stream_length = bus.length(stream)
         lag = None
         try:  # entries not yet delivered to the group (Redis ≥ 7) plus delivered but unacknowledged

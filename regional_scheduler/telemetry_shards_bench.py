@@ -187,6 +187,15 @@ def _shard_producer(index: int, url: str, streams: list[str], payloads: list[byt
         bus.close()
 
 
+def stop_processes(stop: Any, procs: Sequence[Any], *, grace_s: float = 10.0) -> None:
+    """Ask benchmark processes to stop (``stop`` event), wait ``grace_s`` each, then kill what is left."""
+    stop.set()
+    for p in procs:
+        p.join(timeout=grace_s)
+        if p.is_alive():
+            p.kill()
+
+
 def _cpu_s(pid: int) -> float:
     import psutil
 
@@ -244,11 +253,7 @@ def shard_run(primaries: int, payloads: list[bytes], *, producers: int = 2, seco
         t1, n1, r1, p1 = snap()
         alive = all(p.is_alive() for p in procs)
     finally:
-        stop.set()
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
+        stop_processes(stop, procs)
         cluster.stop()
     window = t1 - t0
     return {

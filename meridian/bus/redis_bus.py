@@ -32,12 +32,9 @@ from collections.abc import Sequence
 
 from meridian.bus.base import BusError, BusPermissionError, BusUnavailableError
 from meridian.bus.connection import RedisEndpoint, RedisSecuritySettings
-from meridian.bus.redispy_bus import RedisPyStreamBus
+from meridian.bus.redispy_bus import PIPELINE_CHUNK, RedisPyStreamBus
 from meridian.bus.resp import RespAuthError, RespSocket
 
-#: Entries per packed write in ``publish_many``: large enough to amortise the round trip, small
-#: enough that the replies (about 20 bytes each) never fill a socket buffer while we still write.
-PIPELINE_CHUNK = 2000
 _MOVED = ("MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN", "LOADING")
 
 

@@ -40,8 +40,6 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 Arrays = list[np.ndarray]
-#: Metric names Flower itself needs nothing beyond: the task declares the rest (:attr:`LocalTask.metric_names`).
-FLOWER_METRICS: frozenset[str] = frozenset()
 
 
 class BoundaryError(RuntimeError):
@@ -75,7 +73,7 @@ def _checked(arrays: Sequence[Any], shapes: Sequence[tuple[int, ...]], who: str)
 
 
 def _metrics_checked(metrics: Mapping[str, Any], allowed: frozenset[str], who: str) -> None:
-    extra = sorted(set(metrics) - allowed - FLOWER_METRICS)
+    extra = sorted(set(metrics) - allowed)  # Flower itself needs no metric: the task declares all it sends
     if extra:
         raise BoundaryError(f"{who}: undeclared metrics {extra}")
     for name, value in metrics.items():

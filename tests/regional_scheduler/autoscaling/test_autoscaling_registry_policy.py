@@ -4,7 +4,6 @@ canary the candidate live for the deployments of its share, its records saying s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ import torch
 
 from meridian.bus import StreamBus
 from meridian.lifecycle.records import EvaluationRecord, evaluations_stream
-from meridian.model_registry.registry import ModelRegistry, open_registry
+from meridian.model_registry.registry import ModelRegistry
 from meridian.model_registry.versions import ModelState
 from regional_scheduler.autoscaling.dqn.checkpoint import load_checkpoint
 from regional_scheduler.autoscaling.policies.learned_policy import LearnedPolicy
@@ -20,13 +19,6 @@ from regional_scheduler.autoscaling.registry_policy import policy_from_registry
 from regional_scheduler.autoscaling.scenario import build_scenario
 from regional_scheduler.autoscaling.shadow import ShadowRunner
 from tests.model_registry_helpers import autoscaling_checkpoint, register_version
-
-
-@pytest.fixture
-def registry(redis_url: str, key_prefix: str, tmp_path: Path) -> Iterator[ModelRegistry]:
-    registry = open_registry(redis_url, artifacts_dir=tmp_path / "store", key_prefix=key_prefix)
-    yield registry
-    registry.close()
 
 
 def _register(registry: ModelRegistry, path: Path, *states: ModelState) -> str:

@@ -4,27 +4,19 @@ learner, its canary share served."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from meridian.bus import StreamBus
 from meridian.lifecycle.records import EvaluationRecord, evaluations_stream
-from meridian.model_registry.registry import ModelRegistry, open_registry
+from meridian.model_registry.registry import ModelRegistry
 from meridian.model_registry.versions import ModelState
 from regional_scheduler.learned.registry_policy import policy_from_registry
 from regional_scheduler.policies.fgd import FgdPolicy
 from regional_scheduler.policies.learned import LearnedPolicy, ShadowPolicy
 from tests.model_registry_helpers import placement_checkpoint, register_version
 from tests.placement_helpers import decide_each
-
-
-@pytest.fixture
-def registry(redis_url: str, key_prefix: str, tmp_path: Path) -> Iterator[ModelRegistry]:
-    registry = open_registry(redis_url, artifacts_dir=tmp_path / "store", key_prefix=key_prefix)
-    yield registry
-    registry.close()
 
 
 def _register(registry: ModelRegistry, path: Path, *states: ModelState) -> str:
