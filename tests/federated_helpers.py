@@ -30,3 +30,23 @@ class LinearTask:
 
     def evaluate(self, parameters):
         return self.loss(parameters[0]), len(self.y), {}
+
+
+class JumpTask:
+    """A region whose update is ``jump`` whatever the parameters, reported with ``examples`` examples: far
+    beyond any clipping norm, so that clipping and the weighting of the average show in the global model."""
+
+    metric_names = frozenset()
+
+    def __init__(self, jump: list[float], examples: int) -> None:
+        self.jump = np.asarray(jump, dtype=float)
+        self.examples = examples
+
+    def initial_parameters(self) -> list[np.ndarray]:
+        return [np.zeros(len(self.jump))]
+
+    def fit(self, parameters, *, epochs, proximal_mu, seed):
+        return [parameters[0] + self.jump], self.examples, {}
+
+    def evaluate(self, parameters):
+        return float(np.sum(parameters[0] ** 2)), self.examples, {}

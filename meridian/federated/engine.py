@@ -17,6 +17,11 @@ arrays do not have the global model's shapes before aggregation, and count it (a
 cannot poison or crash the round). Aggregation sorts the updates by content, so the result does not
 depend on the order in which the clients answer, and the same seed gives the same model.
 
+Optional central differential privacy (``run_federated(..., privacy=PrivacySettings(...))``, see
+:mod:`meridian.federated.privacy` for what it protects): Flower's
+``DifferentialPrivacyServerSideFixedClipping`` wraps the strategy, so the server clips each region's update
+and adds Gaussian noise to their average, and the run reports the (ε, δ) budget it spent.
+
 Each run is a child process (:func:`run_federated`): ``start_server`` installs process-wide signal handlers
 and must own its process's main thread. Flower's telemetry is switched off there (``FLWR_TELEMETRY_ENABLED=0``).
 """
@@ -36,6 +41,8 @@ from queue import Empty
 from typing import Any, Protocol
 
 import numpy as np
+
+from meridian.federated.privacy import PrivacySettings, privacy_report
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +167,68 @@ def shape_checked(strategy_cls: type, shapes: list[tuple[int, ...]], refused: li
     return ShapeChecked
 
 
+def with_privacy(strategy_cls: type, settings: PrivacySettings, *, regions: int,
+                 shapes: list[tuple[int, ...]], refused: list[str], **kwargs: Any) -> Any:
+    """``strategy_cls(**kwargs)`` (a Flower strategy) wrapped in Flower's
+    ``DifferentialPrivacyServerSideFixedClipping``.
+
+    The wrapper clips each update (parameters minus the round's global ones) to ``settings.clipping_norm``,
+    lets the strategy aggregate the clipped updates, and adds Gaussian noise of standard deviation
+    ``noise_multiplier × clipping_norm / regions`` to the aggregate. That noise covers a change of
+    ``clipping_norm / regions`` in the aggregate, which holds only for the equally weighted mean over all
+    ``regions``; so, around Flower's wrapper:
+
+    * updates of the wrong shapes are refused first (:func:`shape_checked`; Flower's clipping would fail on
+      them) and the rest are put in content order;
+    * every update weighs the same (FedAvg would weigh regions by their example counts, which would let one
+      region move the mean by more than ``clipping_norm / regions``);
+    * a refused update, and a zero one (Flower's clipping divides by the update's norm), count as no update:
+      the strategy averages the round's global parameters in their place, so the mean still divides by
+      ``regions``;
+    * the noise comes from numpy's global generator (Flower's ``add_gaussian_noise_inplace`` draws from
+      ``np.random``), reseeded each round: from the operating system's entropy, or, when
+      ``settings.noise_seed`` is set, from it and the round, so that a run can be repeated exactly. The
+      generator's previous state is put back after the round."""
+    from flwr.common import Code, FitRes, Status, parameters_to_ndarrays
+    from flwr.server.strategy import DifferentialPrivacyServerSideFixedClipping
+    from flwr.supercore.differential_privacy import get_norm
+
+    class Padded(strategy_cls):  # type: ignore[misc, valid-type]
+        """Averages over ``regions`` updates: the round's global parameters stand in for the missing ones."""
+
+        def configure_fit(self, server_round: int, parameters: Any, client_manager: Any) -> Any:
+            self.round_parameters = parameters
+            return super().configure_fit(server_round, parameters, client_manager)
+
+        def aggregate_fit(self, server_round: int, results: list[Any], failures: list[Any]) -> Any:
+            no_update = FitRes(status=Status(code=Code.OK, message=""), parameters=self.round_parameters,
+                               num_examples=1, metrics={})
+            padding = [(None, no_update)] * (regions - len(results))
+            return super().aggregate_fit(server_round, [*results, *padding], failures)
+
+    class EquallyWeighted(DifferentialPrivacyServerSideFixedClipping):  # type: ignore[misc]
+        def aggregate_fit(self, server_round: int, results: list[Any], failures: list[Any]) -> Any:
+            moved = []
+            for proxy, res in results:
+                arrays = parameters_to_ndarrays(res.parameters)
+                update = [a - g for a, g in zip(arrays, self.current_round_params, strict=True)]
+                if get_norm(update) > 0:
+                    moved.append((proxy, FitRes(status=res.status, parameters=res.parameters, num_examples=1,
+                                                metrics=res.metrics)))
+            entropy = None if settings.noise_seed is None else [settings.noise_seed, server_round]
+            state = np.random.get_state()
+            np.random.seed(np.random.SeedSequence(entropy).generate_state(4))
+            try:
+                return super().aggregate_fit(server_round, moved, failures)
+            finally:
+                np.random.set_state(state)
+
+    cls = shape_checked(EquallyWeighted, shapes, refused)
+    cls.__name__ = "PrivateShapeChecked"
+    return cls(Padded(**kwargs), noise_multiplier=settings.noise_multiplier,
+               clipping_norm=settings.clipping_norm, num_sampled_clients=regions)
+
+
 @dataclass
 class RoundStats:
     round: int
@@ -175,13 +244,20 @@ class FederatedResult:
     rounds: list[RoundStats]
     refused_updates: list[str]
     sent: dict[str, list[tuple[str, Any]]]
+    #: With differential privacy: :class:`~meridian.federated.privacy.PrivacyReport` as a dict
+    #: (noise_multiplier, clipping_norm, delta, epsilon, rounds, regions, noise_std, noise_seeded). It covers
+    #: ``parameters`` only; ``rounds`` (losses) and ``sent`` are the trusted server's view, not private.
+    privacy: dict[str, Any] | None = None
 
 
 def run_federated(tasks: Mapping[str, LocalTask], *, rounds: int, strategy: str = "fedavg", proximal_mu: float = 0.1,
                   epochs: int = 1, seed: int = 0, on_round: Callable[[RoundStats], None] | None = None,
-                  timeout_s: float = 3600.0) -> FederatedResult:
+                  timeout_s: float = 3600.0, privacy: PrivacySettings | None = None) -> FederatedResult:
     """Train one model over ``tasks`` (region → task, picklable) for ``rounds`` rounds on a Flower server and one
     Flower client per region, over gRPC on loopback. Returns the global parameters and per-round wall time and bytes.
+
+    With ``privacy``, the server clips each region's update and adds Gaussian noise to their (equally
+    weighted) average (:func:`with_privacy`), and the result reports the (ε, δ) the ``rounds`` rounds spent.
 
     The server and its clients run in a child process: Flower's server installs process-wide signal handlers
     and its clients may signal their own process when they give up on a server, which must not reach the
@@ -190,8 +266,8 @@ def run_federated(tasks: Mapping[str, LocalTask], *, rounds: int, strategy: str 
         raise ValueError(f"unknown strategy {strategy!r}: fedavg or fedprox")
     ctx = mp.get_context("spawn")
     queue: Any = ctx.Queue()
-    child = ctx.Process(target=_federated_main, args=(queue, dict(tasks), rounds, strategy, proximal_mu, epochs, seed),
-                        name="flower-federation")
+    child = ctx.Process(target=_federated_main, name="flower-federation",
+                        args=(queue, dict(tasks), rounds, strategy, proximal_mu, epochs, seed, privacy))
     child.start()
     deadline = time.monotonic() + timeout_s
     try:
@@ -209,6 +285,8 @@ def run_federated(tasks: Mapping[str, LocalTask], *, rounds: int, strategy: str 
             elif kind == "error":
                 raise RuntimeError(f"the federated run failed: {body}")
             elif kind == "done":
+                if privacy is not None:
+                    body.privacy = privacy_report(privacy, rounds, len(tasks)).as_dict()
                 return body  # type: ignore[no-any-return]
     finally:
         child.join(timeout=30)
@@ -218,11 +296,11 @@ def run_federated(tasks: Mapping[str, LocalTask], *, rounds: int, strategy: str 
 
 
 def _federated_main(queue: Any, tasks: dict[str, LocalTask], rounds: int, strategy: str, proximal_mu: float,
-                    epochs: int, seed: int) -> None:
+                    epochs: int, seed: int, privacy: PrivacySettings | None = None) -> None:
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # Flower reports usage over the network unless told not to
     try:
         result = _run_here(tasks, rounds=rounds, strategy=strategy, proximal_mu=proximal_mu, epochs=epochs, seed=seed,
-                           on_round=lambda s: queue.put(("round", s)))
+                           on_round=lambda s: queue.put(("round", s)), privacy=privacy)
     except BaseException as exc:  # reported to the parent, which raises it
         queue.put(("error", f"{type(exc).__name__}: {exc}"))
         return
@@ -230,7 +308,8 @@ def _federated_main(queue: Any, tasks: dict[str, LocalTask], rounds: int, strate
 
 
 def _run_here(tasks: Mapping[str, LocalTask], *, rounds: int, strategy: str, proximal_mu: float, epochs: int,
-              seed: int, on_round: Callable[[RoundStats], None]) -> FederatedResult:
+              seed: int, on_round: Callable[[RoundStats], None],
+              privacy: PrivacySettings | None = None) -> FederatedResult:
     import flwr as fl
     from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
 
@@ -272,7 +351,11 @@ def _run_here(tasks: Mapping[str, LocalTask], *, rounds: int, strategy: str, pro
             round_done(server_round, None if out[0] is None else float(out[0]))
             return out
 
-    server_strategy = Reporting(**kwargs)
+    if privacy is None:
+        server_strategy = Reporting(**kwargs)
+    else:
+        server_strategy = with_privacy(Reporting, privacy, regions=len(names), shapes=shapes, refused=refused,
+                                       **kwargs)
     address = f"127.0.0.1:{_free_port()}"
     clients = [threading.Thread(target=_client_main, args=(address, tasks[n], guards[n], epochs, seed),
                                 daemon=True, name=f"flower-client-{n}") for n in names]

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from meridian.federated.engine import FederatedResult, RoundStats, run_federated
+from meridian.federated.privacy import PrivacySettings
 from regional_scheduler.autoscaling.quantile_forecaster import FEATURE_CLIP, FEATURES, quantile_features
 
 TAUS: tuple[float, ...] = (0.5, 0.9, 0.97)
@@ -55,9 +56,39 @@ class RegionData:
 
 def region_data(path: Path, name: str | None = None) -> RegionData:
     """Rows of one request series: targets inside its training days train, the held-back days test."""
-    from regional_scheduler.autoscaling.scenario import build_scenario
+    from regional_scheduler.autoscaling.request_series import load_request_series
 
-    scenario = build_scenario(path)
+    return series_region_data(load_request_series(path), name)
+
+
+def split_regions(paths: Sequence[Path], count: int, *, seed: int = 0) -> list[RegionData]:
+    """``count`` regions from the request series at ``paths`` (sorted by the caller).
+
+    Up to one region per series, the first ``count`` series each make a region. Beyond that, every series
+    is shared among ``ceil(count / len(paths))`` regions by :func:`~.request_series.split_requests` (each
+    request in exactly one region), and the first ``count`` of those regions are kept, part by part:
+    8 regions from 4 series are two regions per service, each with about half its requests."""
+    from regional_scheduler.autoscaling.request_series import load_request_series, split_requests
+
+    if count < 2:
+        raise ValueError(f"at least 2 regions, got {count}")
+    if count <= len(paths):
+        return [region_data(p, p.name.split("_")[0]) for p in paths[:count]]
+    parts = -(-count // len(paths))
+    regions: list[RegionData] = []
+    for p in paths:
+        series = load_request_series(p)
+        series = type(series)(p.name.split("_")[0], series.start, series.requests_per_minute, series.source_step_s)
+        regions += [series_region_data(s) for s in split_requests(series, parts, seed=seed)]
+    by_part = sorted(regions, key=lambda r: (int(r.name.rsplit("-", 1)[1]), r.name))
+    return sorted(by_part[:count], key=lambda r: r.name)
+
+
+def series_region_data(series: Any, name: str | None = None) -> RegionData:
+    """:func:`region_data` of a series in memory (a :class:`~.request_series.RequestSeries`)."""
+    from regional_scheduler.autoscaling.scenario import scenario_from_series
+
+    scenario = scenario_from_series(series)
     forecast = scenario.context.forecast
     filled = forecast.last_observed
     n = filled.size
@@ -144,18 +175,23 @@ class Comparison:
     rounds: list[RoundStats]
     wall_s: dict[str, float]
     refused_updates: int
+    #: The differential-privacy budget of the federated model (:class:`~meridian.federated.privacy.PrivacyReport`
+    #: as a dict), or None when it was trained without.
+    privacy: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"regions": self.regions, "totals": self.totals, "refused_updates": self.refused_updates,
-                "wall_s": self.wall_s,
+                "wall_s": self.wall_s, "privacy": self.privacy,
                 "rounds": [{"round": r.round, "wall_s": round(r.wall_s, 3), "bytes_to_server": r.bytes_to_server,
                             "bytes_from_server": r.bytes_from_server, "validation_loss": r.loss} for r in self.rounds]}
 
 
 def compare(regions: Sequence[RegionData], *, rounds: int = 20, steps_per_round: int = 25, strategy: str = "fedavg",
             proximal_mu: float = 0.1, seed: int = 0, finetune_steps: int = 50,
-            on_round: Callable[[RoundStats], None] | None = None) -> tuple[Comparison, FederatedResult]:
-    """Local, federated and central models on every region's held-back days, in one run."""
+            on_round: Callable[[RoundStats], None] | None = None,
+            privacy: PrivacySettings | None = None) -> tuple[Comparison, FederatedResult]:
+    """Local, federated and central models on every region's held-back days, in one run (with ``privacy``,
+    the federated model is trained under differential privacy and the comparison reports its budget)."""
     steps = rounds * steps_per_round
     start = initial_weights()
     t0 = time.perf_counter()
@@ -166,7 +202,7 @@ def compare(regions: Sequence[RegionData], *, rounds: int = 20, steps_per_round:
     t2 = time.perf_counter()
     tasks = {r.name: ForecasterTask(r, steps_per_round=steps_per_round) for r in regions}
     result = run_federated(tasks, rounds=rounds, strategy=strategy, proximal_mu=proximal_mu, seed=seed,
-                           on_round=on_round)
+                           on_round=on_round, privacy=privacy)
     t3 = time.perf_counter()
     federated = result.parameters[0]
     per_region: dict[str, dict[str, float]] = {}
@@ -182,4 +218,4 @@ def compare(regions: Sequence[RegionData], *, rounds: int = 20, steps_per_round:
     totals["finetuned_beats_local_regions"] = sum(v["federated_finetuned"] <= v["local"] for v in per_region.values())
     totals["federated_vs_central"] = totals["federated"] / totals["central"] - 1.0
     return (Comparison(per_region, totals, result.rounds, {"local": t1 - t0, "central": t2 - t1, "federated": t3 - t2},
-                       len(result.refused_updates)), result)
+                       len(result.refused_updates), result.privacy), result)

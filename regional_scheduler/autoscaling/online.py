@@ -47,12 +47,14 @@ class ServiceSample:
 class OnlineAutoscaler:
     def __init__(self, policy: AutoscalingPolicy, settings: AutoscalerSettings | None = None, *,
                  capacity_per_replica_rpm: float | None = None, start: datetime | None = None,
-                 history_days: int = 8, model_utilisation: bool = False) -> None:
+                 history_days: float = 8, model_utilisation: bool = False) -> None:
         self.policy = policy
         self.settings = settings or AutoscalerSettings()
         self.capacity_per_replica_rpm = capacity_per_replica_rpm
         self.start = start or datetime.now(tz=UTC)
-        self.history_minutes = history_days * 1440
+        if history_days <= 0:
+            raise ValueError(f"history_days must be positive, got {history_days}")
+        self.history_minutes = max(1, round(history_days * 1440))
         self.rates: list[float] = []
         self.first_minute = 0
         self.desired: int | None = None

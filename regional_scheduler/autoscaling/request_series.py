@@ -125,6 +125,24 @@ def split_days(series: RequestSeries, held_back_fraction: float) -> DaySplit:
                     train_days=days - held, held_back_days=(series.minutes - train_end) / MINUTES_PER_DAY)
 
 
+def split_requests(series: RequestSeries, parts: int, *, seed: int = 0) -> list[RequestSeries]:
+    """``series`` shared among ``parts`` regions: every request goes to one region, uniformly at random.
+
+    This is how one service's users split over regions by where they are: each region sees the same
+    daily and weekly shape with its own noise, and no request is in two regions. The shares are drawn
+    per minute (a multinomial of the minute's rounded count), missing minutes stay missing in every part,
+    and a seed gives the same split. Region ``i`` is named ``<series>-<i+1>``."""
+    if parts < 1:
+        raise ValueError(f"parts must be at least 1, got {parts}")
+    values = series.requests_per_minute
+    observed = np.isfinite(values)
+    counts = np.where(observed, np.rint(np.maximum(values, 0.0)), 0).astype(np.int64)
+    shares = np.random.default_rng(seed).multinomial(counts, np.full(parts, 1.0 / parts))
+    return [RequestSeries(f"{series.name}-{i + 1}", series.start,
+                          np.where(observed, shares[:, i].astype(float), np.nan), series.source_step_s)
+            for i in range(parts)]
+
+
 def shared_series_paths(traces_dir: Path) -> list[Path]:
     """The per-minute / per-hour request series under ``traces_dir/requests``."""
     return sorted(p for p in (traces_dir / "requests").glob("*/*.csv"))

@@ -61,8 +61,12 @@ class Scenario:
 
 
 def build_scenario(path: Path, settings: AutoscalerSettings | None = None) -> Scenario:
+    return scenario_from_series(load_request_series(path), settings)
+
+
+def scenario_from_series(series: RequestSeries, settings: AutoscalerSettings | None = None) -> Scenario:
+    """A scenario of a series already in memory (a file's, or one region's share of it)."""
     settings = settings or AutoscalerSettings()
-    series = load_request_series(path)
     split = split_days(series, settings.split.held_back_fraction)
     sizing = size_service(series.requests_per_minute[: split.train_end_minute], settings.sizing, settings.service)
     load = sizing.load_in_replicas(series.requests_per_minute)
