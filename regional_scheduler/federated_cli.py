@@ -154,6 +154,9 @@ DP_DELTA_OPT = typer.Option(1e-5, "--dp-delta", help="δ of the reported (ε, δ
 DP_SEED_OPT = typer.Option(None, "--dp-noise-seed", min=0, help="Seed the privacy noise, to repeat a run "
                            "exactly; whoever knows it can remove the noise (default: the OS's entropy).")
 TRACES_OPT = typer.Option(None, "--traces", help="Shared traces (default: ../shared/traces).")
+HISTORY_OPT = typer.Option(None, "--history-days", min=0.01, help="Autoscaling: each region trains on only "
+                           "the last N days of its training days (a new region, or a short retention); its "
+                           "held-back days are unchanged.")
 
 
 def _check(model: str, strategy: str) -> None:
@@ -163,9 +166,13 @@ def _check(model: str, strategy: str) -> None:
         raise typer.BadParameter("fedavg or fedprox", param_hint="--strategy")
 
 
-def _regions(model: str, spec: str, traces: Path | None, seed: int) -> list[Any]:
-    return _autoscaling_regions(spec, traces, seed=seed) if model == "autoscaling" else \
-        _placement_regions(spec, seed=seed)
+def _regions(model: str, spec: str, traces: Path | None, seed: int, history_days: float | None) -> list[Any]:
+    if model == "placement":
+        if history_days is not None:
+            raise typer.BadParameter("autoscaling only", param_hint="--history-days")
+        return _placement_regions(spec, seed=seed)
+    regions = _autoscaling_regions(spec, traces, seed=seed)
+    return regions if history_days is None else [r.recent(history_days) for r in regions]
 
 
 def lineage(model: str, regions: list[Any], comparison: Any, *, settings: dict[str, Any], out: Path) -> dict[str, Any]:
@@ -190,6 +197,7 @@ def train_federated(
     dp_delta: float = DP_DELTA_OPT,
     dp_noise_seed: int | None = DP_SEED_OPT,
     traces: Path | None = TRACES_OPT,
+    history_days: float | None = HISTORY_OPT,
     out: Path | None = typer.Option(None, "--out", help="Where the federated model goes: autoscaling a numpy .npz "
                                     "of the weights, placement a placement checkpoint (.pt). A JSON lineage "
                                     "record is written beside it. Default: bench-out/federated-<model>.*"),
@@ -210,12 +218,12 @@ def train_federated(
         raise typer.BadParameter("only a placement checkpoint can be registered: the registry's autoscaling "
                                  "model is the DQN policy, not this forecaster", param_hint="--register")
     out = out or Path(f"bench-out/federated-{model}.{'npz' if model == 'autoscaling' else 'pt'}")
-    data = _regions(model, regions, traces, seed)
+    data = _regions(model, regions, traces, seed, history_days)
     comparison, result = _compare(model, data, rounds=rounds, steps=steps, strategy=strategy, mu=mu, seed=seed,
                                   privacy=privacy)
     out.parent.mkdir(parents=True, exist_ok=True)
     settings = {"rounds": rounds, "steps_per_round": steps, "strategy": strategy, "proximal_mu": mu, "seed": seed,
-                "privacy": comparison.privacy}
+                "history_days": history_days, "privacy": comparison.privacy}
     if model == "autoscaling":
         import numpy as np
 
@@ -272,6 +280,7 @@ def bench_federated(
     dp_delta: float = DP_DELTA_OPT,
     dp_noise_seed: int | None = DP_SEED_OPT,
     traces: Path | None = TRACES_OPT,
+    history_days: float | None = HISTORY_OPT,
     json_out: Path | None = typer.Option(None, "--json", help="Write the results as JSON here."),
 ) -> None:
     """Local vs federated vs central models on every region's held-out data, for each region count."""
@@ -279,7 +288,7 @@ def bench_federated(
     privacy = _privacy(dp_noise, dp_clip, dp_delta, dp_noise_seed)
     results: dict[str, Any] = {}
     for count in [c.strip() for c in counts.split(",") if c.strip()]:
-        data = _regions(model, count, traces, seed)
+        data = _regions(model, count, traces, seed, history_days)
         comparison, _ = _compare(model, data, rounds=rounds, steps=steps, strategy=strategy, mu=mu, seed=seed,
                                  privacy=privacy)
         console.print(_table(f"{count} regions, {model}, {strategy}, {rounds} rounds: {METRIC_HELP[model]}",
@@ -290,6 +299,7 @@ def bench_federated(
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps({"model": model, "metric": METRIC_HELP[model], "strategy": strategy,
                                         "rounds": rounds, "steps_per_round": steps, "seed": seed,
+                                        "history_days": history_days, "dp_noise_multiplier": dp_noise,
                                         "runs": results}, indent=2) + "\n")
 
 

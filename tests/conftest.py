@@ -6,6 +6,11 @@ real Kubernetes control plane (``meridian.envtest``) for tests marked ``kubernet
 from __future__ import annotations
 
 import os
+
+# One math-library thread per test process: the suite runs as one process per core (pytest -n), so torch's
+# and numpy's default of a thread per core would put two threads on every core. Set before torch is imported.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import shutil
 import subprocess
 import tempfile

@@ -298,6 +298,9 @@ def run_federated(tasks: Mapping[str, LocalTask], *, rounds: int, strategy: str 
 def _federated_main(queue: Any, tasks: dict[str, LocalTask], rounds: int, strategy: str, proximal_mu: float,
                     epochs: int, seed: int, privacy: PrivacySettings | None = None) -> None:
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # Flower reports usage over the network unless told not to
+    # Flower logs every round, a deprecation notice per client and each client's shutdown at INFO/WARNING; the
+    # run reports its own progress, and this process holds nothing else that logs to "flwr".
+    logging.getLogger("flwr").setLevel(logging.ERROR)
     try:
         result = _run_here(tasks, rounds=rounds, strategy=strategy, proximal_mu=proximal_mu, epochs=epochs, seed=seed,
                            on_round=lambda s: queue.put(("round", s)), privacy=privacy)

@@ -53,6 +53,12 @@ class RegionData:
     x_test: np.ndarray
     y_test: np.ndarray
 
+    def recent(self, days: float) -> RegionData:
+        """The region with only the last ``days`` of its training rows: a new region, or one that keeps a
+        short history. Its held-back rows are unchanged."""
+        keep = max(1, round(days * 1440))
+        return RegionData(self.name, self.x_train[-keep:], self.y_train[-keep:], self.x_test, self.y_test)
+
 
 def region_data(path: Path, name: str | None = None) -> RegionData:
     """Rows of one request series: targets inside its training days train, the held-back days test."""
