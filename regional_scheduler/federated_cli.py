@@ -87,7 +87,7 @@ def _progress() -> Progress:
 
 
 def _compare(model: str, regions: list[Any], *, rounds: int, steps: int | None, strategy: str, mu: float, seed: int,
-             privacy: Any) -> tuple[Any, Any]:
+             privacy: Any, secagg: bool) -> tuple[Any, Any]:
     with _progress() as progress:
         task = progress.add_task(f"{model}, {strategy}: {len(regions)} regions", total=rounds, loss="")
 
@@ -95,7 +95,7 @@ def _compare(model: str, regions: list[Any], *, rounds: int, steps: int | None, 
             progress.update(task, completed=s.round, loss="" if s.loss is None else f"validation {s.loss:.4f}")
 
         kwargs: dict[str, Any] = dict(rounds=rounds, strategy=strategy, proximal_mu=mu, seed=seed, on_round=on_round,
-                                      privacy=privacy)
+                                      privacy=privacy, secure_aggregation=secagg)
         if model == "autoscaling":
             from regional_scheduler.autoscaling.federated import compare
 
@@ -154,16 +154,21 @@ DP_DELTA_OPT = typer.Option(1e-5, "--dp-delta", help="δ of the reported (ε, δ
 DP_SEED_OPT = typer.Option(None, "--dp-noise-seed", min=0, help="Seed the privacy noise, to repeat a run "
                            "exactly; whoever knows it can remove the noise (default: the OS's entropy).")
 TRACES_OPT = typer.Option(None, "--traces", help="Shared traces (default: ../shared/traces).")
+SECAGG_OPT = typer.Option(False, "--secure-aggregation", help="Sum the regions' updates with Flower's SecAgg+: "
+                          "the server sees only the sum (FedAvg, at least 3 regions, no --dp-*).")
 HISTORY_OPT = typer.Option(None, "--history-days", min=0.01, help="Autoscaling: each region trains on only "
                            "the last N days of its training days (a new region, or a short retention); its "
                            "held-back days are unchanged.")
 
 
-def _check(model: str, strategy: str) -> None:
+def _check(model: str, strategy: str, *, secagg: bool = False, privacy: Any = None) -> None:
     if model not in MODELS:
         raise typer.BadParameter(f"one of {', '.join(MODELS)}", param_hint="--model")
     if strategy not in ("fedavg", "fedprox"):
         raise typer.BadParameter("fedavg or fedprox", param_hint="--strategy")
+    if secagg and (strategy != "fedavg" or privacy is not None):
+        raise typer.BadParameter("SecAgg+ runs FedAvg without --dp-*: the server's clipping and noise need each "
+                                 "region's update, which secure aggregation hides", param_hint="--secure-aggregation")
 
 
 def _regions(model: str, spec: str, traces: Path | None, seed: int, history_days: float | None) -> list[Any]:
@@ -196,6 +201,7 @@ def train_federated(
     dp_clip: float = DP_CLIP_OPT,
     dp_delta: float = DP_DELTA_OPT,
     dp_noise_seed: int | None = DP_SEED_OPT,
+    secagg: bool = SECAGG_OPT,
     traces: Path | None = TRACES_OPT,
     history_days: float | None = HISTORY_OPT,
     out: Path | None = typer.Option(None, "--out", help="Where the federated model goes: autoscaling a numpy .npz "
@@ -212,18 +218,19 @@ def train_federated(
                                             hidden=True, help="A prefix for every registry key (tests)."),
 ) -> None:
     """Train a model across regions on Flower: only model updates leave a region (a progress bar per round)."""
-    _check(model, strategy)
     privacy = _privacy(dp_noise, dp_clip, dp_delta, dp_noise_seed)
+    _check(model, strategy, secagg=secagg, privacy=privacy)
     if register_it and model != "placement":
         raise typer.BadParameter("only a placement checkpoint can be registered: the registry's autoscaling "
                                  "model is the DQN policy, not this forecaster", param_hint="--register")
     out = out or Path(f"bench-out/federated-{model}.{'npz' if model == 'autoscaling' else 'pt'}")
     data = _regions(model, regions, traces, seed, history_days)
     comparison, result = _compare(model, data, rounds=rounds, steps=steps, strategy=strategy, mu=mu, seed=seed,
-                                  privacy=privacy)
+                                  privacy=privacy, secagg=secagg)
     out.parent.mkdir(parents=True, exist_ok=True)
     settings = {"rounds": rounds, "steps_per_round": steps, "strategy": strategy, "proximal_mu": mu, "seed": seed,
-                "history_days": history_days, "privacy": comparison.privacy}
+                "history_days": history_days, "secure_aggregation": secagg,
+                "privacy": comparison.privacy}
     if model == "autoscaling":
         import numpy as np
 
@@ -279,18 +286,19 @@ def bench_federated(
     dp_clip: float = DP_CLIP_OPT,
     dp_delta: float = DP_DELTA_OPT,
     dp_noise_seed: int | None = DP_SEED_OPT,
+    secagg: bool = SECAGG_OPT,
     traces: Path | None = TRACES_OPT,
     history_days: float | None = HISTORY_OPT,
     json_out: Path | None = typer.Option(None, "--json", help="Write the results as JSON here."),
 ) -> None:
     """Local vs federated vs central models on every region's held-out data, for each region count."""
-    _check(model, strategy)
     privacy = _privacy(dp_noise, dp_clip, dp_delta, dp_noise_seed)
+    _check(model, strategy, secagg=secagg, privacy=privacy)
     results: dict[str, Any] = {}
     for count in [c.strip() for c in counts.split(",") if c.strip()]:
         data = _regions(model, count, traces, seed, history_days)
         comparison, _ = _compare(model, data, rounds=rounds, steps=steps, strategy=strategy, mu=mu, seed=seed,
-                                 privacy=privacy)
+                                 privacy=privacy, secagg=secagg)
         console.print(_table(f"{count} regions, {model}, {strategy}, {rounds} rounds: {METRIC_HELP[model]}",
                              comparison))
         console.print(_summary(comparison))
@@ -300,6 +308,7 @@ def bench_federated(
         json_out.write_text(json.dumps({"model": model, "metric": METRIC_HELP[model], "strategy": strategy,
                                         "rounds": rounds, "steps_per_round": steps, "seed": seed,
                                         "history_days": history_days, "dp_noise_multiplier": dp_noise,
+                                        "secure_aggregation": secagg,
                                         "runs": results}, indent=2) + "\n")
 
 

@@ -195,9 +195,12 @@ class Comparison:
 def compare(regions: Sequence[RegionData], *, rounds: int = 20, steps_per_round: int = 25, strategy: str = "fedavg",
             proximal_mu: float = 0.1, seed: int = 0, finetune_steps: int = 50,
             on_round: Callable[[RoundStats], None] | None = None,
-            privacy: PrivacySettings | None = None) -> tuple[Comparison, FederatedResult]:
+            privacy: PrivacySettings | None = None,
+            secure_aggregation: bool = False) -> tuple[Comparison, FederatedResult]:
     """Local, federated and central models on every region's held-back days, in one run (with ``privacy``,
-    the federated model is trained under differential privacy and the comparison reports its budget)."""
+    the federated model is trained under differential privacy and the comparison reports its budget; with
+    ``secure_aggregation``, FedAvg's sums are computed by Flower's SecAgg+, so the server never sees one
+    region's weights)."""
     steps = rounds * steps_per_round
     start = initial_weights()
     t0 = time.perf_counter()
@@ -207,8 +210,18 @@ def compare(regions: Sequence[RegionData], *, rounds: int = 20, steps_per_round:
                     start, steps=steps, seed=seed)
     t2 = time.perf_counter()
     tasks = {r.name: ForecasterTask(r, steps_per_round=steps_per_round) for r in regions}
-    result = run_federated(tasks, rounds=rounds, strategy=strategy, proximal_mu=proximal_mu, seed=seed,
-                           on_round=on_round, privacy=privacy)
+    if secure_aggregation:
+        if strategy != "fedavg" or privacy is not None:
+            raise ValueError("secure aggregation runs FedAvg without server-side privacy: the server's clipping "
+                             "and noise need each region's update, which SecAgg+ hides from it")
+        from meridian.federated.secagg import run_secure_federated
+
+        # SecAgg+ sends weights × examples / max_weight, clipped to its range: the largest region weighs 1.
+        result = run_secure_federated(tasks, rounds=rounds, seed=seed, on_round=on_round,
+                                      max_weight=float(max(len(r.y_train) for r in regions)))
+    else:
+        result = run_federated(tasks, rounds=rounds, strategy=strategy, proximal_mu=proximal_mu, seed=seed,
+                               on_round=on_round, privacy=privacy)
     t3 = time.perf_counter()
     federated = result.parameters[0]
     per_region: dict[str, dict[str, float]] = {}

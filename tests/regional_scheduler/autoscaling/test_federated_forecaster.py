@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from meridian.cli import build_app
@@ -88,3 +89,18 @@ def test_cli_trains_under_differential_privacy_and_writes_the_lineage(series_wri
     bad = CliRunner().invoke(build_app(), ["train", "federated", "--regions", "2", "--traces", str(traces),
                                    "--dp-noise-multiplier", "1", "--dp-clipping-norm", "0"])
     assert bad.exit_code != 0 and "clipping_norm" in bad.output
+
+
+def test_secure_aggregation_gives_fedavgs_model_without_the_server_seeing_a_region(
+        series_writer: Callable[..., Path], tmp_path: Path) -> None:
+    paths = [series_writer(tmp_path / f"{name}_events_per_minute.csv", days=4, seed=i)
+             for i, name in enumerate(("alpha", "beta", "gamma"))]
+    regions = [region_data(p, p.name.split("_")[0]) for p in paths]
+    plain, _ = compare(regions, rounds=2, steps_per_round=5, finetune_steps=1)
+    secure, result = compare(regions, rounds=2, steps_per_round=5, finetune_steps=1, secure_aggregation=True)
+    for name in plain.regions:  # the same model up to SecAgg+'s quantisation
+        assert secure.regions[name]["federated"] == pytest.approx(plain.regions[name]["federated"], rel=1e-4)
+    # What SecAgg+ moves (keys, shares, masked vectors) is far more than the weights alone.
+    assert result.rounds[-1].bytes_to_server > 3 * initial_weights().nbytes
+    with pytest.raises(ValueError, match="secure aggregation"):
+        compare(regions, rounds=1, strategy="fedprox", secure_aggregation=True)
