@@ -111,20 +111,22 @@ COLUMNS = ("untrained", "local", "federated", "federated_finetuned", "central")
 HEADERS = ("untrained", "local", "federated", "federated + fine-tune", "central")
 
 
-def _table(title: str, comparison: Any) -> Table:
+def _table(title: str, comparison: Any, model: str) -> Table:
+    fmt = "{:.4f}" if model == "autoscaling" else "{:.2f}"
     table = Table(title=title)
-    for col in ("region", *HEADERS):
+    for col in ("region", *(HEADERS if model == "autoscaling" else ("FGD", *HEADERS[1:]))):
         table.add_column(col, justify="right")
     for name, v in comparison.regions.items():
-        table.add_row(name, *(f"{v[k]:.4f}" for k in COLUMNS))
-    table.add_row("mean", *(f"{comparison.totals[k]:.4f}" for k in COLUMNS), style="bold")
+        table.add_row(name, *(fmt.format(v[k]) for k in COLUMNS))
+    table.add_row("mean", *(fmt.format(comparison.totals[k]) for k in COLUMNS), style="bold")
     return table
 
 
-def _summary(comparison: Any) -> str:
+def _summary(comparison: Any, model: str) -> str:
     t, rounds = comparison.totals, comparison.rounds
+    gap = f"{t['federated_vs_central']:+.1%}" if model == "autoscaling" else f"{t['federated_vs_central']:+.2f} points"
     line = (f"federated ≥ local in {t['federated_beats_local_regions']} of {len(comparison.regions)} regions "
-            f"(fine-tuned: {t['finetuned_beats_local_regions']}); federated vs central {t['federated_vs_central']:+.1%}; "
+            f"(fine-tuned: {t['finetuned_beats_local_regions']}); federated vs central {gap}; "
             f"per round {sum(r.wall_s for r in rounds) / max(len(rounds), 1):.2f} s, "
             f"{rounds[0].bytes_to_server if rounds else 0:,} bytes to the server and as many back")
     if comparison.privacy:
@@ -242,8 +244,8 @@ def train_federated(
         save_federated_checkpoint(out, result.parameters)
     record = lineage(model, data, comparison, settings=settings, out=out)
     out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
-    console.print(_table(f"{model}: {METRIC_HELP[model]} ({strategy}, {rounds} rounds)", comparison))
-    console.print(_summary(comparison))
+    console.print(_table(f"{model}: {METRIC_HELP[model]} ({strategy}, {rounds} rounds)", comparison, model))
+    console.print(_summary(comparison, model))
     console.print(f"model: {out}; lineage: {out.with_suffix('.json')}; refused updates: {comparison.refused_updates}")
     if register_it:
         _register(out, record, registry_redis, registry_artifacts.expanduser(), registry_key_prefix)
@@ -300,8 +302,8 @@ def bench_federated(
         comparison, _ = _compare(model, data, rounds=rounds, steps=steps, strategy=strategy, mu=mu, seed=seed,
                                  privacy=privacy, secagg=secagg)
         console.print(_table(f"{count} regions, {model}, {strategy}, {rounds} rounds: {METRIC_HELP[model]}",
-                             comparison))
-        console.print(_summary(comparison))
+                             comparison, model))
+        console.print(_summary(comparison, model))
         results[count] = comparison.as_dict()
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
