@@ -51,14 +51,12 @@ from regional_scheduler.autoscaling.calibration import (
     QuantileCalibration,
     _best_within_budget,
 )
-from regional_scheduler.autoscaling.federated import HORIZON, TAUS, initial_weights
+from regional_scheduler.autoscaling.federated import HORIZON, TAUS, SeriesRows, initial_weights, series_rows
 from regional_scheduler.autoscaling.policies.hpa_policy import HpaPolicy
 from regional_scheduler.autoscaling.policies.quantile_policy import QuantilePolicy
 from regional_scheduler.autoscaling.quantile_forecaster import (
-    FEATURE_CLIP,
     FEATURES,
     QuantileForecast,
-    quantile_features,
 )
 from regional_scheduler.autoscaling.scenario import Scenario, build_scenario
 
@@ -67,50 +65,6 @@ from regional_scheduler.autoscaling.scenario import Scenario, build_scenario
 DEFAULT_TAU_UP = 0.97
 DEFAULT_TAU_DOWN = 0.9
 VALIDATION_FRACTION = 0.1
-
-
-@dataclass(frozen=True)
-class SeriesRows:
-    """Every minute of one series: features ``x``, scale, target ``y`` (next minute over the scale), and
-    which rows train (targets inside the training days) and which are held back. The same rows as
-    :func:`.federated.region_data`, kept for every minute because the policy needs a forecast at each."""
-
-    name: str
-    x: np.ndarray
-    scale: np.ndarray
-    y: np.ndarray
-    train: np.ndarray
-    test: np.ndarray
-
-    @property
-    def x_train(self) -> np.ndarray:
-        return self.x[self.train]
-
-    @property
-    def y_train(self) -> np.ndarray:
-        return self.y[self.train]
-
-    @property
-    def x_test(self) -> np.ndarray:
-        return self.x[self.test]
-
-    @property
-    def y_test(self) -> np.ndarray:
-        return self.y[self.test]
-
-
-def series_rows(scenario: Scenario, name: str | None = None) -> SeriesRows:
-    """Features and targets of ``scenario``'s series, split as :func:`.federated.region_data` splits them."""
-    forecast = scenario.context.forecast
-    filled = forecast.last_observed
-    n = filled.size
-    t = np.arange(n)
-    x, scale = quantile_features(filled, forecast, scenario.context.sizing.capacity_per_replica_rpm, HORIZON)
-    y = np.minimum(filled[np.clip(t + HORIZON, 0, n - 1)] / scale, FEATURE_CLIP)
-    observed = np.isfinite(np.asarray(scenario.load, dtype=float))
-    ok = observed & observed[np.clip(t + HORIZON, 0, n - 1)] & (t >= 1440) & (t + HORIZON < n)
-    end = scenario.split.train_end_minute
-    return SeriesRows(name or scenario.name, x, scale, y, ok & (t + HORIZON < end), ok & (t >= end))
 
 
 class Forecaster(Protocol):

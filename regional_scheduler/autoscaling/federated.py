@@ -28,14 +28,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from meridian.federated.engine import FederatedResult, RoundStats, run_federated
+from meridian.federated.engine import FederatedResult, RoundStats
+from meridian.federated.federate import federate
 from meridian.federated.privacy import PrivacySettings
 from regional_scheduler.autoscaling.quantile_forecaster import FEATURE_CLIP, FEATURES, quantile_features
+
+if TYPE_CHECKING:
+    from regional_scheduler.autoscaling.scenario import Scenario
 
 TAUS: tuple[float, ...] = (0.5, 0.9, 0.97)
 HORIZON = 1
@@ -94,7 +98,44 @@ def series_region_data(series: Any, name: str | None = None) -> RegionData:
     """:func:`region_data` of a series in memory (a :class:`~.request_series.RequestSeries`)."""
     from regional_scheduler.autoscaling.scenario import scenario_from_series
 
-    scenario = scenario_from_series(series)
+    rows = series_rows(scenario_from_series(series), name)
+    return RegionData(rows.name, rows.x_train, rows.y_train, rows.x_test, rows.y_test)
+
+
+@dataclass(frozen=True)
+class SeriesRows:
+    """Every minute of one series: features ``x``, scale, target ``y`` (next minute over the scale), and
+    which rows train (targets inside the training days) and which are held back. The same rows as
+    :class:`RegionData` (which keeps only the rows that train or test), kept for every minute because a
+    policy driven by the forecaster needs a forecast at each."""
+
+    name: str
+    x: np.ndarray
+    scale: np.ndarray
+    y: np.ndarray
+    train: np.ndarray
+    test: np.ndarray
+
+    @property
+    def x_train(self) -> np.ndarray:
+        return self.x[self.train]
+
+    @property
+    def y_train(self) -> np.ndarray:
+        return self.y[self.train]
+
+    @property
+    def x_test(self) -> np.ndarray:
+        return self.x[self.test]
+
+    @property
+    def y_test(self) -> np.ndarray:
+        return self.y[self.test]
+
+
+def series_rows(scenario: Scenario, name: str | None = None) -> SeriesRows:
+    """Features and targets of ``scenario``'s series: targets inside the training days train, the held-back
+    days test; minutes whose load or next load is missing, and the first day (no seasonal history), neither."""
     forecast = scenario.context.forecast
     filled = forecast.last_observed
     n = filled.size
@@ -104,8 +145,7 @@ def series_region_data(series: Any, name: str | None = None) -> RegionData:
     observed = np.isfinite(np.asarray(scenario.load, dtype=float))
     ok = observed & observed[np.clip(t + HORIZON, 0, n - 1)] & (t >= 1440) & (t + HORIZON < n)
     end = scenario.split.train_end_minute
-    train, test = ok & (t + HORIZON < end), ok & (t >= end)
-    return RegionData(name or scenario.name, x[train], y[train], x[test], y[test])
+    return SeriesRows(name or scenario.name, x, scale, y, ok & (t + HORIZON < end), ok & (t >= end))
 
 
 def pinball(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -210,18 +250,9 @@ def compare(regions: Sequence[RegionData], *, rounds: int = 20, steps_per_round:
                     start, steps=steps, seed=seed)
     t2 = time.perf_counter()
     tasks = {r.name: ForecasterTask(r, steps_per_round=steps_per_round) for r in regions}
-    if secure_aggregation:
-        if strategy != "fedavg" or privacy is not None:
-            raise ValueError("secure aggregation runs FedAvg without server-side privacy: the server's clipping "
-                             "and noise need each region's update, which SecAgg+ hides from it")
-        from meridian.federated.secagg import run_secure_federated
-
-        # SecAgg+ sends weights × examples / max_weight, clipped to its range: the largest region weighs 1.
-        result = run_secure_federated(tasks, rounds=rounds, seed=seed, on_round=on_round,
-                                      max_weight=float(max(len(r.y_train) for r in regions)))
-    else:
-        result = run_federated(tasks, rounds=rounds, strategy=strategy, proximal_mu=proximal_mu, seed=seed,
-                               on_round=on_round, privacy=privacy)
+    result = federate(tasks, rounds=rounds, strategy=strategy, proximal_mu=proximal_mu, seed=seed, on_round=on_round,
+                      privacy=privacy, secure_aggregation=secure_aggregation,
+                      max_examples=max(len(r.y_train) for r in regions))
     t3 = time.perf_counter()
     federated = result.parameters[0]
     per_region: dict[str, dict[str, float]] = {}

@@ -57,7 +57,8 @@ from typing import Any
 
 import numpy as np
 
-from meridian.federated.engine import FederatedResult, RoundStats, run_federated
+from meridian.federated.engine import FederatedResult, RoundStats
+from meridian.federated.federate import federate
 from meridian.federated.privacy import PrivacySettings
 from meridian.model import Node, Pod
 from regional_scheduler.autoscaling.federated import Comparison
@@ -374,18 +375,10 @@ def compare_placement(regions: Sequence[PlacementRegion], *, rounds: int = 4, ge
     central = _rounds(task(regions, _MAX_REGIONS), rounds=rounds, seed=seed)
     t2 = time.perf_counter()
     tasks = {r.name: task([r], r.index) for r in regions}
-    if secure_aggregation:
-        if strategy != "fedavg" or privacy is not None:
-            raise ValueError("secure aggregation runs FedAvg without server-side privacy: the server's clipping "
-                             "and noise need each region's update, which SecAgg+ hides from it")
-        from meridian.federated.secagg import run_secure_federated
-
-        # Every region reports the same example count (its generations' episodes): weights reach SecAgg+ × 1.
-        examples = generations_per_round * episodes_per_eval
-        result = run_secure_federated(tasks, rounds=rounds, seed=seed, on_round=on_round, max_weight=float(examples))
-    else:
-        result = run_federated(tasks, rounds=rounds, strategy=strategy, proximal_mu=proximal_mu, seed=seed,
-                               on_round=on_round, privacy=privacy)
+    # Every region reports the same example count: its generations' episodes.
+    result = federate(tasks, rounds=rounds, strategy=strategy, proximal_mu=proximal_mu, seed=seed, on_round=on_round,
+                      privacy=privacy, secure_aggregation=secure_aggregation,
+                      max_examples=generations_per_round * episodes_per_eval)
     t3 = time.perf_counter()
     federated = result.parameters[0]
     per_region: dict[str, dict[str, Any]] = {}
