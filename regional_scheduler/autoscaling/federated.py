@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from meridian.federated.comparison import Comparison
 from meridian.federated.engine import FederatedResult, RoundStats
 from meridian.federated.federate import federate
 from meridian.federated.privacy import PrivacySettings
@@ -212,24 +213,6 @@ class ForecasterTask:
         with torch.no_grad():
             loss = float(pinball(torch.as_tensor(x), torch.as_tensor(y), torch.as_tensor(parameters[0])))
         return loss, len(y), {}
-
-
-@dataclass
-class Comparison:
-    regions: dict[str, dict[str, float]]
-    totals: dict[str, float]
-    rounds: list[RoundStats]
-    wall_s: dict[str, float]
-    refused_updates: int
-    #: The differential-privacy budget of the federated model (:class:`~meridian.federated.privacy.PrivacyReport`
-    #: as a dict), or None when it was trained without.
-    privacy: dict[str, Any] | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"regions": self.regions, "totals": self.totals, "refused_updates": self.refused_updates,
-                "wall_s": self.wall_s, "privacy": self.privacy,
-                "rounds": [{"round": r.round, "wall_s": round(r.wall_s, 3), "bytes_to_server": r.bytes_to_server,
-                            "bytes_from_server": r.bytes_from_server, "validation_loss": r.loss} for r in self.rounds]}
 
 
 def compare(regions: Sequence[RegionData], *, rounds: int = 20, steps_per_round: int = 25, strategy: str = "fedavg",

@@ -57,11 +57,11 @@ from typing import Any
 
 import numpy as np
 
+from meridian.federated.comparison import Comparison
 from meridian.federated.engine import FederatedResult, RoundStats
 from meridian.federated.federate import federate
 from meridian.federated.privacy import PrivacySettings
 from meridian.model import Node, Pod
-from regional_scheduler.autoscaling.federated import Comparison
 from regional_scheduler.learned.algorithm import CORRECTION_FEATURES, EvolutionStrategy, search_mask
 from regional_scheduler.learned.defaults import DEFAULT_CHECKPOINT
 from regional_scheduler.learned.env import Episode, openb_episode
