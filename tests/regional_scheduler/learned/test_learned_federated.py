@@ -4,6 +4,7 @@ regions' validation episodes, and regions that share no data with each other or 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from regional_scheduler.learned.federated import (
     VALIDATION,
     PlacementTask,
     SearchSettings,
+    compare_placement,
     online_allocation_pct,
     placement_regions,
     save_federated_checkpoint,
@@ -140,3 +142,19 @@ def test_the_federated_correction_is_registered_as_a_placement_candidate(redis_u
         registry.close()
     with pytest.raises(ValueError, match="17 weights"):
         save_federated_checkpoint(tmp_path / "bad.pt", [np.zeros(3)])
+
+
+def test_the_comparison_reports_every_model_on_every_regions_test_episodes() -> None:
+    regions = placement_regions(2, 0, pool_nodes=40, episode_nodes=12)
+    comparison, result = compare_placement(regions, rounds=1, generations_per_round=1, pairs=1, test_episodes=1,
+                                           test_nodes=16, check_episodes=1, finetune_generations=1)
+    assert set(comparison.regions) == {r.name for r in regions}
+    for v in comparison.regions.values():
+        for model in ("untrained", "local", "federated", "federated_finetuned", "central"):
+            assert 0.0 <= v[model] <= 100.0, (model, v)
+    totals = comparison.totals
+    assert "higher is better" in totals["metric"]
+    assert 0 <= totals["federated_beats_local_regions"] <= 2
+    assert totals["federated_vs_untrained"] == pytest.approx(totals["federated"] - totals["untrained"])
+    assert [r.round for r in comparison.rounds] == [1] and result.parameters[0].shape == (ACTIVE.size,)
+    json.dumps(comparison.as_dict())  # what `bench federated --json` writes
