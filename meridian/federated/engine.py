@@ -116,7 +116,9 @@ class BoundaryGuard:
         return loss, n, metrics
 
 
-def _numpy_client(task: LocalTask, guard: BoundaryGuard, *, epochs: int, seed: int) -> Any:
+def numpy_client(task: LocalTask, guard: BoundaryGuard, *, epochs: int, seed: int) -> Any:
+    """A Flower ``NumPyClient`` for one region's ``task``, every reply checked by ``guard``: the same client
+    whichever way the server aggregates (the plain engine here, SecAgg+ in :mod:`.secagg`)."""
     from flwr.client import NumPyClient
 
     class RegionClient(NumPyClient):  # type: ignore[misc]
@@ -390,7 +392,7 @@ def _client_main(address: str, task: LocalTask, guard: BoundaryGuard, epochs: in
         warnings.simplefilter("ignore")
         # Flower's own connection retries cover a server that is not listening yet.
         fl.client.start_client(server_address=address, insecure=True, max_wait_time=60.0,
-                               client=_numpy_client(task, guard, epochs=epochs, seed=seed).to_client())
+                               client=numpy_client(task, guard, epochs=epochs, seed=seed).to_client())
 
 
 def _free_port() -> int:

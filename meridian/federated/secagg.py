@@ -49,7 +49,7 @@ from meridian.federated.engine import (
     FederatedResult,
     LocalTask,
     RoundStats,
-    _numpy_client,
+    numpy_client,
 )
 
 log = logging.getLogger(__name__)
@@ -242,7 +242,7 @@ def _client_app(task: LocalTask, guard: BoundaryGuard, settings: SecAggSettings,
     checked = InRangeGuard(guard.region, guard.shapes, guard.metric_names, guard.sent)
 
     def client_fn(context: Any) -> Any:
-        return _numpy_client(task, checked, epochs=epochs, seed=seed).to_client()
+        return numpy_client(task, checked, epochs=epochs, seed=seed).to_client()
 
     return ClientApp(client_fn=client_fn, mods=[secaggplus_mod])
 

@@ -78,13 +78,17 @@ def test_cli_trains_under_differential_privacy_and_writes_the_lineage(series_wri
     result = CliRunner().invoke(build_app(), ["train", "federated", "--model", "autoscaling", "--regions", "4", "--rounds", "2",
                                       "--steps-per-round", "5", "--traces", str(traces), "--out", str(out),
                                       "--dp-noise-multiplier", "2", "--dp-clipping-norm", "0.5",
-                                      "--dp-noise-seed", "3"])
+                                      "--dp-noise-seed", "3", "--history-days", "1"])
     assert result.exit_code == 0, result.output
     lineage = json.loads(out.with_suffix(".json").read_text())
     assert lineage["regions"] == ["alpha-1", "alpha-2", "beta-1", "beta-2"] and lineage["kind"] == "federated"
     privacy = lineage["results"]["privacy"]
     assert privacy["rounds"] == 2 and privacy["regions"] == 4 and 0 < privacy["epsilon"] < 20
     assert set(lineage["results"]["regions"]["alpha-1"]) >= {"local", "federated", "central"}
+    # One day of history: each region trains on at most a day of minutes (two without the option), and is
+    # still tested on its held-back day.
+    assert lineage["settings"]["history_days"] == 1
+    assert all(0 < v["train_rows"] <= 1440 and v["test_rows"] > 1000 for v in lineage["results"]["regions"].values())
     assert np.load(out)["weights"].shape == initial_weights().shape
     bad = CliRunner().invoke(build_app(), ["train", "federated", "--regions", "2", "--traces", str(traces),
                                    "--dp-noise-multiplier", "1", "--dp-clipping-norm", "0"])
