@@ -142,13 +142,14 @@ METRIC_HELP = {"autoscaling": "held-back mean pinball loss, lower is better",
 # Options shared by both commands.
 MODEL_OPT = typer.Option("autoscaling", "--model", help="autoscaling (the quantile forecaster) or placement "
                          "(the learned placement correction).")
-ROUNDS_OPT = typer.Option(20, "--rounds", min=1)
+ROUNDS_OPT = typer.Option(None, "--rounds", min=1, help="Federated rounds (default: 20 autoscaling, 4 placement).")
+DEFAULT_ROUNDS = {"autoscaling": 20, "placement": 4}
 STEPS_OPT = typer.Option(None, "--steps-per-round", min=1, help="Local work per region per round: optimiser "
                          "steps (autoscaling, default 25) or ES generations (placement, its default).")
 STRATEGY_OPT = typer.Option("fedavg", "--strategy", help="fedavg or fedprox.")
 MU_OPT = typer.Option(0.1, "--proximal-mu", min=0.0, help="FedProx's proximal weight.")
-SEED_OPT = typer.Option(0, "--seed", help="Seeds training, the regions' data and (with --dp-noise-seed unset) "
-                        "nothing of the privacy noise.")
+SEED_OPT = typer.Option(0, "--seed", help="Seeds training and the regions' data; the privacy noise has its own "
+                        "--dp-noise-seed.")
 DP_NOISE_OPT = typer.Option(None, "--dp-noise-multiplier", min=0.0, help="Train under differential privacy: "
                             "the noise's standard deviation over the sensitivity (clipping norm / regions).")
 DP_CLIP_OPT = typer.Option(1.0, "--dp-clipping-norm", help="L2 norm each region's update is clipped to.")
@@ -194,7 +195,7 @@ def lineage(model: str, regions: list[Any], comparison: Any, *, settings: dict[s
 def train_federated(
     model: str = MODEL_OPT,
     regions: str = typer.Option("all", "--regions", help=REGIONS_HELP),
-    rounds: int = ROUNDS_OPT,
+    rounds: int | None = ROUNDS_OPT,
     steps: int | None = STEPS_OPT,
     strategy: str = STRATEGY_OPT,
     mu: float = MU_OPT,
@@ -222,6 +223,7 @@ def train_federated(
     """Train a model across regions on Flower: only model updates leave a region (a progress bar per round)."""
     privacy = _privacy(dp_noise, dp_clip, dp_delta, dp_noise_seed)
     _check(model, strategy, secagg=secagg, privacy=privacy)
+    rounds = rounds or DEFAULT_ROUNDS[model]
     if register_it and model != "placement":
         raise typer.BadParameter("only a placement checkpoint can be registered: the registry's autoscaling "
                                  "model is the DQN policy, not this forecaster", param_hint="--register")
@@ -279,7 +281,7 @@ def bench_federated(
     model: str = MODEL_OPT,
     counts: str = typer.Option("2,4,8", "--region-counts", help="Comma-separated region counts to run, each a "
                                "--regions count of `meridian train federated`."),
-    rounds: int = ROUNDS_OPT,
+    rounds: int | None = ROUNDS_OPT,
     steps: int | None = STEPS_OPT,
     strategy: str = STRATEGY_OPT,
     mu: float = MU_OPT,
@@ -296,6 +298,7 @@ def bench_federated(
     """Local vs federated vs central models on every region's held-out data, for each region count."""
     privacy = _privacy(dp_noise, dp_clip, dp_delta, dp_noise_seed)
     _check(model, strategy, secagg=secagg, privacy=privacy)
+    rounds = rounds or DEFAULT_ROUNDS[model]
     results: dict[str, Any] = {}
     for count in [c.strip() for c in counts.split(",") if c.strip()]:
         data = _regions(model, count, traces, seed, history_days)
