@@ -1,6 +1,7 @@
 """The placement correction trained across regions on Flower (real server and clients over loopback gRPC),
-each region on its own openb pod list and node pool: shapes, determinism, no loss against FGD on the
-regions' validation episodes, and regions that share no data with each other or with the held-out lists."""
+each region on its own openb pod list and node pool: shapes, determinism, a region sending back a search only
+when it beats the weights it received, the comparison's figures, registration as a candidate, and regions
+that share no data with each other or with the held-out lists."""
 
 from __future__ import annotations
 
@@ -72,13 +73,6 @@ def test_the_same_seed_gives_the_same_weights() -> None:
                                    seed=3).parameters[0] for _ in range(2))
     assert np.any(first != 0)
     np.testing.assert_array_equal(first, second)
-
-
-def test_the_federated_correction_is_no_worse_than_fgd_on_the_regions_validation(federated_run) -> None:
-    tasks, result = federated_run
-    fgd = [t.validation_allocation(np.zeros(17)) for t in tasks.values()]
-    federated = [t.validation_allocation(result.parameters[0]) for t in tasks.values()]
-    assert np.mean(federated) >= np.mean(fgd), (federated, fgd)
 
 
 def test_a_regions_search_moves_the_weights_and_is_kept_only_if_it_beats_its_start() -> None:
